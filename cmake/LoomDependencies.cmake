@@ -1,0 +1,23 @@
+# Third-party dependencies, all Debian packages (scripts/setup installs them).
+# Third-party headers are included as system headers so that their warnings stay theirs.
+find_package(TBB REQUIRED)
+find_package(Boost 1.74 REQUIRED)
+set_target_properties(TBB::tbb Boost::headers PROPERTIES SYSTEM TRUE)
+
+# A serial OpenBLAS, so that only TBB starts threads.
+find_path(LOOM_CBLAS_INCLUDE_DIR cblas.h
+  PATHS /usr/include/x86_64-linux-gnu/openblas-serial /usr/include/openblas
+  NO_DEFAULT_PATH)
+find_path(LOOM_CBLAS_INCLUDE_DIR cblas.h)
+find_library(LOOM_OPENBLAS_LIBRARY NAMES openblas
+  PATHS /usr/lib/x86_64-linux-gnu/openblas-serial
+  NO_DEFAULT_PATH)
+find_library(LOOM_OPENBLAS_LIBRARY NAMES openblas)
+if(NOT LOOM_CBLAS_INCLUDE_DIR OR NOT LOOM_OPENBLAS_LIBRARY)
+  message(FATAL_ERROR "loom needs OpenBLAS (Debian: libopenblas-serial-dev); run scripts/setup")
+endif()
+if(NOT TARGET loom_blas)
+  add_library(loom_blas INTERFACE)
+  target_include_directories(loom_blas SYSTEM INTERFACE ${LOOM_CBLAS_INCLUDE_DIR})
+  target_link_libraries(loom_blas INTERFACE ${LOOM_OPENBLAS_LIBRARY})
+endif()

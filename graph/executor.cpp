@@ -1,0 +1,514 @@
+// The executor: binds dims, allocates one arena, and runs the plan forward and backward on
+// oneTBB. It knows nothing about what an op computes (that is ops/), only how nodes depend on
+// each other.
+#include "loom/graph/executor.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <set>
+#include <string>
+#include <unordered_map>
+
+#include <oneapi/tbb/info.h>
+#include <oneapi/tbb/task_arena.h>
+#include <oneapi/tbb/task_group.h>
+
+#include "../ops/kernel.hpp"
+#include "../ops/parallel.hpp"
+
+namespace loom {
+namespace {
+
+std::string quoted(std::string_view s) { return "\"" + std::string(s) + "\""; }
+
+std::string dim_text(const plan_view& p, const plan_dim& d) {
+  std::string s;
+  for (int k = 0; k < d.n_syms; ++k) s += (k ? " + " : "") + std::string(p.syms[d.sym[k]]);
+  if (d.constant != 0 || d.n_syms == 0) s += (d.n_syms ? " + " : "") + std::to_string(d.constant);
+  return s;
+}
+
+std::string describe_node(const plan_view& p, int i) {
+  const node_desc* d = p.order[i];
+  if (d->kind == op_kind::input) return "input " + quoted(d->name);
+  if (d->kind == op_kind::param) return "parameter " + quoted(d->name);
+  return std::string(ops::op_name(d->kind)) + " (node " + std::to_string(i) + ")";
+}
+
+bool is_leaf(const node_desc* d) { return d->kind == op_kind::input || d->kind == op_kind::param; }
+
+storage storage_for(dtype t, bool is_double) {
+  switch (t) {
+    case dtype::real: return is_double ? storage::f64 : storage::f32;
+    case dtype::i32: return storage::i32;
+    case dtype::u8: return storage::u8;
+  }
+  return storage::f32;
+}
+
+/// A DAG of tasks run with atomic dependency counts on a task_group; a finished task runs
+/// one ready successor itself and spawns the others.
+struct dag {
+  std::vector<std::vector<int>> succ;
+  std::vector<int> pending0;
+  std::vector<int> start;
+};
+
+template <class Fn>
+void run_dag(tbb::task_arena& arena, const dag& g, Fn&& fn) {
+  if (g.start.empty()) return;
+  std::unique_ptr<std::atomic<int>[]> pending(new std::atomic<int>[g.pending0.size()]);
+  for (std::size_t i = 0; i < g.pending0.size(); ++i) pending[i].store(g.pending0[i], std::memory_order_relaxed);
+  arena.execute([&] {
+    tbb::task_group tasks;
+    struct runner {
+      const dag* g;
+      std::atomic<int>* pending;
+      tbb::task_group* tasks;
+      std::remove_reference_t<Fn>* fn;
+      int node;
+      void operator()() const {
+        int i = node;
+        while (i >= 0) {
+          (*fn)(i);
+          int next = -1;
+          for (int c : g->succ[i])
+            if (pending[c].fetch_sub(1, std::memory_order_acq_rel) == 1) {
+              if (next < 0) next = c;
+              else tasks->run(runner{g, pending, tasks, fn, c});
+            }
+          i = next;
+        }
+      }
+    };
+    for (int s : g.start) tasks.run(runner{&g, pending.get(), &tasks, &fn, s});
+    tasks.wait();
+  });
+}
+
+}  // namespace
+
+template <class T>
+struct executor<T>::impl {
+  plan_view plan;
+  param_store<T>* params;
+  exec_options opts;
+  std::unique_ptr<tbb::task_arena> arena;
+  int n = 0;
+  std::vector<std::uint8_t> leaf, needs_grad;
+  std::unordered_map<const node_desc*, int> index;
+  dag fwd, bwd;
+
+  // state of the last successful bind
+  bool bound = false, forwarded = false, backwarded = false;
+  std::vector<std::int64_t> sym;
+  std::vector<dims_t> dims;
+  std::vector<std::array<std::int64_t, 2>> dattr;
+  std::vector<const void*> val;
+  std::vector<T*> grad;
+  std::vector<feed> feeds;
+  std::vector<std::vector<const void*>> in_ptr;
+  std::vector<std::vector<dims_t>> in_dims;
+  std::vector<std::vector<T*>> din;
+
+  // the arena: every value and gradient buffer of computed nodes (and of inputs when asked)
+  std::vector<std::int64_t> cap_val, cap_grad, off_val, off_grad;
+  std::unique_ptr<T[]> mem;
+  std::int64_t mem_elems = 0;
+
+  impl(plan_view p, param_store<T>& ps, exec_options o) : plan(p), params(&ps), opts(o) {
+    n = plan.size();
+    make_arena();
+    leaf.resize(n);
+    needs_grad.resize(n);
+    for (int i = 0; i < n; ++i) {
+      const node_desc* d = plan.order[i];
+      index.emplace(d, i);
+      leaf[i] = is_leaf(d);
+      needs_grad[i] = plan.from_param[i] || (opts.input_grads && plan.from_input[i]);
+    }
+    build_schedules();
+  }
+
+  void make_arena() {
+    int t = opts.threads > 0 ? opts.threads : tbb::info::default_concurrency();
+    arena = std::make_unique<tbb::task_arena>(t);
+  }
+
+  void build_schedules() {
+    // forward: a computed node waits for its computed inputs
+    fwd.succ.assign(n, {});
+    fwd.pending0.assign(n, 0);
+    for (int i = 0; i < n; ++i) {
+      if (leaf[i]) continue;
+      std::set<int> deps;
+      for (int j : plan.inputs(i))
+        if (!leaf[j]) deps.insert(j);
+      fwd.pending0[i] = static_cast<int>(deps.size());
+      for (int j : deps) fwd.succ[j].push_back(i);
+      if (deps.empty()) fwd.start.push_back(i);
+    }
+    // backward: a node runs after every consumer has added its gradient; consumers of one
+    // node add theirs in a fixed order (descending node index), so sums are deterministic.
+    std::vector<std::set<int>> preds(n);
+    for (int x = 0; x < n; ++x) {
+      if (!needs_grad[x]) continue;
+      auto cons = plan.consumers(x);
+      if (!leaf[x])
+        for (int c : cons) preds[x].insert(c);
+      for (std::size_t k = 0; k + 1 < cons.size(); ++k) preds[cons[k]].insert(cons[k + 1]);
+    }
+    bwd.succ.assign(n, {});
+    bwd.pending0.assign(n, 0);
+    for (int i = n - 1; i >= 0; --i) {
+      if (leaf[i] || !needs_grad[i]) continue;
+      bwd.pending0[i] = static_cast<int>(preds[i].size());
+      for (int c : preds[i]) bwd.succ[c].push_back(i);
+      if (preds[i].empty()) bwd.start.push_back(i);
+    }
+  }
+
+  // ---- binding ----
+
+  std::int64_t eval(const plan_dim& d, const std::vector<std::int64_t>& s) const {
+    std::int64_t v = d.constant;
+    for (int k = 0; k < d.n_syms; ++k) v += s[static_cast<std::size_t>(d.sym[k])];
+    return v;
+  }
+
+  void bind(std::span<const feed> given) {
+    constexpr bool is_double = std::is_same_v<T, double>;
+    // 1. every feed names an input, every input is fed, types agree
+    std::vector<const feed*> fed(n, nullptr);
+    for (const feed& f : given) {
+      int found = -1;
+      for (int i = 0; i < n; ++i)
+        if (plan.order[i]->kind == op_kind::input && plan.order[i]->name == f.name()) found = i;
+      if (found < 0) {
+        std::string names;
+        for (int i = 0; i < n; ++i)
+          if (plan.order[i]->kind == op_kind::input) names += (names.empty() ? "" : ", ") + quoted(plan.order[i]->name);
+        throw missing_error("forward: " + quoted(f.name()) + " is not an input of this graph (its inputs: " + names +
+                            ")");
+      }
+      if (fed[found]) throw missing_error("forward: input " + quoted(f.name()) + " was given twice");
+      fed[found] = &f;
+    }
+    std::string missing;
+    for (int i = 0; i < n; ++i)
+      if (plan.order[i]->kind == op_kind::input && !fed[i]) missing += (missing.empty() ? "" : ", ") + quoted(plan.order[i]->name);
+    if (!missing.empty()) throw missing_error("forward: missing input(s) " + missing);
+    for (int i = 0; i < n; ++i) {
+      if (!fed[i]) continue;
+      storage want = storage_for(plan.order[i]->elem, is_double);
+      if (fed[i]->type() != want)
+        throw shape_error("forward: input " + quoted(plan.order[i]->name) + " must be a tensor of " +
+                          storage_name(want) + ", got " + storage_name(fed[i]->type()));
+    }
+    // 2. ranks, fixed dims and symbols, from the inputs
+    std::vector<std::int64_t> s(plan.syms.size(), -1);
+    std::vector<std::string> source(plan.syms.size());
+    for (int i = 0; i < n; ++i) {
+      if (!fed[i]) continue;
+      const node_desc* d = plan.order[i];
+      const dims_t& got = fed[i]->dims();
+      std::string who = "input " + quoted(d->name);
+      if (got.rank != d->rank)
+        throw shape_error("forward: " + who + " must have rank " + std::to_string(d->rank) + " (" +
+                          shape_text(i) + "), got shape " + got.str());
+      for (int a = 0; a < d->rank; ++a) {
+        const plan_dim& pd = plan.dims[i][a];
+        if (pd.n_syms == 0) {
+          if (got.d[a] != pd.constant)
+            throw shape_error("forward: " + who + " axis " + std::to_string(a) + " must be " +
+                              std::to_string(pd.constant) + ", got " + std::to_string(got.d[a]) + " (shape " +
+                              got.str() + ")");
+          continue;
+        }
+        auto k = static_cast<std::size_t>(pd.sym[0]);
+        std::string here = who + " axis " + std::to_string(a);
+        if (s[k] < 0) {
+          s[k] = got.d[a];
+          source[k] = here;
+        } else if (s[k] != got.d[a]) {
+          throw shape_error("forward: dim " + quoted(plan.syms[k]) + " is " + std::to_string(s[k]) + " from " +
+                            source[k] + " but " + std::to_string(got.d[a]) + " from " + here);
+        }
+      }
+    }
+    for (std::size_t k = 0; k < s.size(); ++k)
+      if (s[k] < 0) throw shape_error("forward: dim " + quoted(plan.syms[k]) + " is not bound by any input");
+    // 3. dims of every node, parameters present and of the right shape
+    std::vector<dims_t> nd(n);
+    std::vector<std::array<std::int64_t, 2>> na(n);
+    for (int i = 0; i < n; ++i) {
+      const node_desc* d = plan.order[i];
+      nd[i].rank = d->rank;
+      for (int a = 0; a < d->rank; ++a) nd[i].d[a] = eval(plan.dims[i][a], s);
+      na[i] = {eval(plan.dims[i][max_rank], s), eval(plan.dims[i][max_rank + 1], s)};
+    }
+    std::string absent;
+    for (int i = 0; i < n; ++i) {
+      const node_desc* d = plan.order[i];
+      if (d->kind != op_kind::param) continue;
+      if (!params->contains(d->name)) {
+        absent += (absent.empty() ? "" : ", ") + quoted(d->name) + " " + nd[i].str();
+        continue;
+      }
+      const tensor<T>& v = params->value(d->name);
+      if (!(v.dims() == nd[i]))
+        throw shape_error("forward: parameter " + quoted(d->name) + " must have shape " + nd[i].str() +
+                          ", the store holds " + v.dims().str());
+    }
+    if (!absent.empty()) throw missing_error("forward: parameter(s) missing from the store: " + absent);
+    // 4. run-time checks of the ops (shapes only; no data yet)
+    for (int i = 0; i < n; ++i) {
+      if (leaf[i]) continue;
+      const auto& k = ops::kernel<T>(plan.order[i]->kind);
+      if (!k.check) continue;
+      std::vector<dims_t> ids;
+      std::vector<const void*> ips;
+      for (int j : plan.inputs(i)) {
+        ids.push_back(nd[j]);
+        ips.push_back(nullptr);
+      }
+      ops::op_args<T> a;
+      a.node = plan.order[i];
+      a.in = ips;
+      a.in_dims = ids;
+      a.out_dims = nd[i];
+      a.dattr = na[i];
+      k.check(a);
+    }
+    // 5. commit: nothing above changed any state
+    sym = std::move(s);
+    dims = std::move(nd);
+    dattr = std::move(na);
+    feeds.assign(given.begin(), given.end());
+    allocate();
+    val.assign(n, nullptr);
+    grad.assign(n, nullptr);
+    for (int i = 0; i < n; ++i) {
+      const node_desc* d = plan.order[i];
+      if (d->kind == op_kind::param) {
+        val[i] = params->value(d->name).data();
+        grad[i] = params->grad(d->name).data();
+      } else if (d->kind == op_kind::input) {
+        for (const feed& f : feeds)
+          if (f.name() == d->name) val[i] = f.data();
+        if (needs_grad[i]) grad[i] = mem.get() + off_grad[i];
+      } else {
+        val[i] = mem.get() + off_val[i];
+        if (needs_grad[i]) grad[i] = mem.get() + off_grad[i];
+      }
+    }
+    in_ptr.assign(n, {});
+    in_dims.assign(n, {});
+    din.assign(n, {});
+    for (int i = 0; i < n; ++i)
+      for (int j : plan.inputs(i)) {
+        in_ptr[i].push_back(val[j]);
+        in_dims[i].push_back(dims[j]);
+        din[i].push_back(needs_grad[j] ? grad[j] : nullptr);
+      }
+    bound = true;
+  }
+
+  std::string shape_text(int i) const {
+    std::string r = "[";
+    for (int a = 0; a < plan.order[i]->rank; ++a) r += (a ? ", " : "") + dim_text(plan, plan.dims[i][a]);
+    return r + "]";
+  }
+
+  static std::int64_t aligned(std::int64_t elems) { return (elems + 15) / 16 * 16; }
+
+  void allocate() {
+    bool grow = cap_val.empty();
+    std::vector<std::int64_t> want_val(n, 0), want_grad(n, 0);
+    for (int i = 0; i < n; ++i) {
+      bool input = plan.order[i]->kind == op_kind::input;
+      if (!leaf[i]) want_val[i] = aligned(dims[i].size());
+      if ((!leaf[i] || input) && needs_grad[i]) want_grad[i] = aligned(dims[i].size());
+    }
+    if (!grow)
+      for (int i = 0; i < n; ++i) grow = grow || want_val[i] > cap_val[i] || want_grad[i] > cap_grad[i];
+    if (!grow) return;
+    cap_val.resize(n, 0);
+    cap_grad.resize(n, 0);
+    off_val.assign(n, 0);
+    off_grad.assign(n, 0);
+    std::int64_t total = 0;
+    for (int i = 0; i < n; ++i) {
+      cap_val[i] = std::max(cap_val[i], want_val[i]);
+      off_val[i] = total;
+      total += cap_val[i];
+    }
+    for (int i = 0; i < n; ++i) {
+      cap_grad[i] = std::max(cap_grad[i], want_grad[i]);
+      off_grad[i] = total;
+      total += cap_grad[i];
+    }
+    mem.reset(new T[static_cast<std::size_t>(std::max<std::int64_t>(total, 1))]());
+    mem_elems = total;
+  }
+
+  ops::op_args<T> args(int i) const {
+    ops::op_args<T> a;
+    a.node = plan.order[i];
+    a.in = in_ptr[i];
+    a.in_dims = in_dims[i];
+    a.out = const_cast<T*>(static_cast<const T*>(val[i]));
+    a.out_dims = dims[i];
+    a.dattr = dattr[i];
+    a.din = din[i];
+    a.dout = grad[i];
+    a.training = opts.training;
+    return a;
+  }
+
+  void forward() {
+    auto compute = [this](int i) { ops::kernel<T>(plan.order[i]->kind).forward(args(i)); };
+    run_dag(*arena, fwd, compute);
+    forwarded = true;
+    backwarded = false;
+  }
+
+  void backward(std::span<const tensor<T>> cot) {
+    if (!forwarded) throw error("backward: call forward() first");
+    auto roots = plan.roots;
+    if (cot.size() != roots.size())
+      throw shape_error("backward: " + std::to_string(cot.size()) + " cotangents given for " +
+                        std::to_string(roots.size()) + " outputs");
+    for (std::size_t r = 0; r < roots.size(); ++r)
+      if (!(cot[r].dims() == dims[roots[r]]))
+        throw shape_error("backward: cotangent " + std::to_string(r) + " has shape " + cot[r].dims().str() +
+                          ", output " + std::to_string(r) + " has shape " + dims[roots[r]].str());
+    // zero every gradient buffer (the arena's, and the store's for parameters of this graph)
+    arena->execute([&] {
+      T* g = mem.get() + (cap_val.empty() ? 0 : off_grad[0]);
+      std::int64_t count = mem_elems - (cap_val.empty() ? 0 : off_grad[0]);
+      ops::for_chunks(count, 1 << 16, [&](std::int64_t b, std::int64_t e) { std::memset(g + b, 0, (e - b) * sizeof(T)); });
+    });
+    for (int i = 0; i < n; ++i)
+      if (plan.order[i]->kind == op_kind::param) params->grad(plan.order[i]->name).fill(T(0));
+    for (std::size_t r = 0; r < roots.size(); ++r) {
+      T* g = grad[roots[r]];
+      if (!g) continue;  // no gradient flows through this output
+      for (std::int64_t e = 0; e < cot[r].size(); ++e) g[e] += cot[r][e];
+    }
+    auto compute = [this](int i) { ops::kernel<T>(plan.order[i]->kind).backward(args(i)); };
+    run_dag(*arena, bwd, compute);
+    backwarded = true;
+  }
+};
+
+template <class T>
+executor<T>::executor(plan_view plan, param_store<T>& params, exec_options options)
+    : p_(std::make_unique<impl>(plan, params, options)) {}
+template <class T>
+executor<T>::~executor() = default;
+template <class T>
+executor<T>::executor(executor&&) noexcept = default;
+template <class T>
+executor<T>& executor<T>::operator=(executor&&) noexcept = default;
+
+template <class T>
+void executor<T>::forward(std::span<const feed> feeds) {
+  p_->bind(feeds);
+  p_->forward();
+}
+
+template <class T>
+void executor<T>::backward() {
+  if (!p_->forwarded) throw error("backward: call forward() first");
+  const auto& roots = p_->plan.roots;
+  std::vector<tensor<T>> cot;
+  for (std::size_t r = 0; r < roots.size(); ++r) cot.emplace_back(p_->dims[roots[r]]);
+  if (cot[0].size() != 1)
+    throw shape_error("backward(): output 0 has shape " + cot[0].dims().str() +
+                      "; reduce it to one element (a loss) or pass cotangents");
+  cot[0][0] = T(1);
+  p_->backward(cot);
+}
+
+template <class T>
+void executor<T>::backward(std::span<const tensor<T>> cotangents) {
+  p_->backward(cotangents);
+}
+
+template <class T>
+tensor_view<const T> executor<T>::value_at(int i) const {
+  if (!p_->forwarded) throw error("executor: no value before forward()");
+  if (p_->plan.order[i]->elem != dtype::real)
+    throw error("executor: " + describe_node(p_->plan, i) + " is not real-valued");
+  return {static_cast<const T*>(p_->val[i]), p_->dims[i]};
+}
+
+template <class T>
+tensor_view<const T> executor<T>::grad_at(int i) const {
+  if (!p_->backwarded) throw error("executor: no gradient before backward()");
+  if (!p_->grad[i])
+    throw error("executor: no gradient flows to " + describe_node(p_->plan, i) +
+                (p_->plan.order[i]->kind == op_kind::input ? " (set exec_options::input_grads)" : ""));
+  return {p_->grad[i], p_->dims[i]};
+}
+
+template <class T>
+tensor_view<const T> executor<T>::output(int k) const {
+  if (k < 0 || k >= static_cast<int>(p_->plan.roots.size()))
+    throw error("executor: output " + std::to_string(k) + " does not exist (the graph has " +
+                std::to_string(p_->plan.roots.size()) + ")");
+  return value_at(p_->plan.roots[k]);
+}
+
+template <class T>
+int executor<T>::index_of(const node_desc* d) const {
+  auto it = p_->index.find(d);
+  if (it == p_->index.end()) throw error("executor: that node is not part of this graph");
+  return it->second;
+}
+
+template <class T>
+tensor_view<const T> executor<T>::input_grad(std::string_view name) const {
+  for (int i = 0; i < p_->n; ++i)
+    if (p_->plan.order[i]->kind == op_kind::input && p_->plan.order[i]->name == name) return grad_at(i);
+  throw missing_error("executor: " + quoted(name) + " is not an input of this graph");
+}
+
+template <class T>
+std::int64_t executor<T>::bound(std::string_view symbol) const {
+  for (std::size_t k = 0; k < p_->plan.syms.size(); ++k)
+    if (p_->plan.syms[k] == symbol) {
+      if (!p_->bound) throw error("executor: no dims are bound before forward()");
+      return p_->sym[k];
+    }
+  throw missing_error("executor: the graph has no dim " + quoted(symbol));
+}
+
+template <class T>
+void executor<T>::set_threads(int threads) {
+  p_->opts.threads = threads;
+  p_->make_arena();
+}
+template <class T>
+int executor<T>::threads() const {
+  return p_->arena->max_concurrency();
+}
+template <class T>
+void executor<T>::set_training(bool training) {
+  p_->opts.training = training;
+}
+template <class T>
+std::size_t executor<T>::arena_bytes() const {
+  return static_cast<std::size_t>(p_->mem_elems) * sizeof(T);
+}
+template <class T>
+const plan_view& executor<T>::plan() const {
+  return p_->plan;
+}
+
+template class executor<float>;
+template class executor<double>;
+
+}  // namespace loom

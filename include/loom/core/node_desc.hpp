@@ -1,0 +1,118 @@
+// node_desc: the compile-time description of one graph node, as plain data.
+//
+// Every node type has one `desc_of<Node>`, a constexpr object that names its op, its
+// attributes, its result shape and (by address) its inputs. The plan (graph/plan.hpp) is
+// computed from these descriptors by constexpr functions over arrays, and the executor runs
+// from them at run time; no executor or kernel code is instantiated per node type.
+#pragma once
+
+#include <array>
+#include <bit>
+#include <cstdint>
+#include <span>
+#include <string_view>
+
+#include "loom/core/dims.hpp"
+
+namespace loom {
+
+/// Every op loom knows. The executor dispatches kernels on this (see ops/registry.cpp).
+enum class op_kind : std::uint8_t {
+  input,
+  param,
+  matmul,
+  scale,
+  mask_causal,
+  mask_padding,
+  mask_bool,
+  softmax,
+  concat,
+  slice,
+  reshape,
+  transpose,
+  add,
+  mul,
+  embedding,
+  positional_encoding,
+  layer_norm,
+  relu,
+  gelu,
+  dropout,
+  cross_entropy,
+  sum,
+  count_  // number of kinds; keep last
+};
+
+/// Element type of a node's values. Computed nodes and most inputs hold `real` (the
+/// executor's scalar type: float or double); token ids and lengths are i32; masks are u8.
+enum class dtype : std::uint8_t { real, i32, u8 };
+
+constexpr std::string_view dtype_name(dtype t) {
+  switch (t) {
+    case dtype::real: return "real";
+    case dtype::i32: return "int32";
+    case dtype::u8: return "uint8";
+  }
+  return "?";
+}
+
+/// How a parameter is initialised by graph::init_params (PyTorch's defaults for the layer
+/// that owns it).
+enum class init_kind : std::uint8_t {
+  zeros,
+  ones,
+  normal,          // N(0, 1) — nn.Embedding
+  linear_weight,   // U(-1/sqrt(in), 1/sqrt(in)) — nn.Linear.weight (kaiming_uniform a=sqrt 5)
+  linear_bias,     // U(-1/sqrt(in), 1/sqrt(in)) with in = fan_in given in init_arg
+  xavier_uniform,  // U(-a, a), a = sqrt(6 / (fan_in + fan_out)) — MHA in_proj_weight
+};
+
+struct node_desc {
+  op_kind kind = op_kind::input;
+  dtype elem = dtype::real;
+  std::string_view name{};  // inputs and params: their name; blocks: nothing
+  int rank = 0;
+  std::array<dim_expr, max_rank> dims{};
+  std::span<const node_desc* const> inputs{};
+  std::array<long, 8> iattr{};      // op attributes (axis, flags, ...)
+  std::array<double, 2> fattr{};    // op attributes (scale factor, eps, ...)
+  std::array<dim_expr, 2> dattr{};  // op attributes that are dims (slice begin and size)
+  init_kind init = init_kind::zeros;
+  std::uint64_t hash = 0;           // structural hash; identical nodes are one object anyway
+};
+
+namespace detail {
+constexpr std::uint64_t fnv(std::uint64_t h, std::uint64_t v) {
+  for (int i = 0; i < 8; ++i) {
+    h ^= (v >> (8 * i)) & 0xffu;
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+constexpr std::uint64_t fnv(std::uint64_t h, std::string_view s) {
+  for (char c : s) {
+    h ^= static_cast<unsigned char>(c);
+    h *= 1099511628211ull;
+  }
+  return fnv(h, s.size());
+}
+constexpr std::uint64_t fnv(std::uint64_t h, const dim_expr& d) {
+  h = fnv(h, static_cast<std::uint64_t>(d.constant));
+  for (int i = 0; i < d.n_syms; ++i) h = fnv(h, d.syms[i]);
+  return h;
+}
+constexpr std::uint64_t hash_desc(const node_desc& d) {
+  std::uint64_t h = 14695981039346656037ull;
+  h = fnv(h, static_cast<std::uint64_t>(d.kind));
+  h = fnv(h, static_cast<std::uint64_t>(d.elem));
+  h = fnv(h, d.name);
+  for (int i = 0; i < d.rank; ++i) h = fnv(h, d.dims[i]);
+  for (const node_desc* in : d.inputs) h = fnv(h, in->hash);
+  for (long a : d.iattr) h = fnv(h, static_cast<std::uint64_t>(a));
+  for (double f : d.fattr) h = fnv(h, std::bit_cast<std::uint64_t>(f));
+  for (const auto& e : d.dattr) h = fnv(h, e);
+  return h;
+}
+}  // namespace detail
+
+}  // namespace loom

@@ -1,0 +1,127 @@
+// tensor<T>: an owning, contiguous, row-major n-d array; tensor_view<T>: a non-owning one.
+#pragma once
+
+#include <algorithm>
+#include <array>
+#include <cstdint>
+#include <initializer_list>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "loom/core/dims.hpp"
+#include "loom/core/errors.hpp"
+
+namespace loom {
+
+/// Run-time dims of a tensor: rank and sizes (rank 0 is a scalar of one element).
+struct dims_t {
+  int rank = 0;
+  std::array<std::int64_t, max_rank> d{};
+
+  dims_t() = default;
+  dims_t(std::span<const std::int64_t> s) : rank(static_cast<int>(s.size())) {  // NOLINT
+    if (s.size() > static_cast<std::size_t>(max_rank)) throw shape_error("tensor: more than 6 axes");
+    std::copy(s.begin(), s.end(), d.begin());
+  }
+  dims_t(std::initializer_list<std::int64_t> s) : dims_t(std::span<const std::int64_t>(s.begin(), s.size())) {}
+
+  std::int64_t size() const {
+    std::int64_t n = 1;
+    for (int i = 0; i < rank; ++i) n *= d[i];
+    return n;
+  }
+  /// Size of axis i; negative i counts from the end.
+  std::int64_t operator[](int i) const { return d[i < 0 ? rank + i : i]; }
+  /// Product of the sizes of axes [from, to).
+  std::int64_t prod(int from, int to) const {
+    std::int64_t n = 1;
+    for (int i = from; i < to; ++i) n *= d[i];
+    return n;
+  }
+  std::span<const std::int64_t> span() const { return {d.data(), static_cast<std::size_t>(rank)}; }
+  friend bool operator==(const dims_t& a, const dims_t& b) {
+    return a.rank == b.rank && std::equal(a.d.begin(), a.d.begin() + a.rank, b.d.begin());
+  }
+  std::string str() const {
+    std::string s = "[";
+    for (int i = 0; i < rank; ++i) s += (i ? ", " : "") + std::to_string(d[i]);
+    return s + "]";
+  }
+};
+
+/// A non-owning view of contiguous row-major data.
+template <class T>
+struct tensor_view {
+  T* data = nullptr;
+  dims_t dims;
+
+  std::int64_t size() const { return dims.size(); }
+  int rank() const { return dims.rank; }
+  std::span<T> values() const { return {data, static_cast<std::size_t>(size())}; }
+  T& operator[](std::int64_t i) const { return data[i]; }
+  /// Bounds-checked element access by multi-index.
+  T& at(std::initializer_list<std::int64_t> idx) const {
+    if (static_cast<int>(idx.size()) != dims.rank)
+      throw shape_error("tensor: index of rank " + std::to_string(idx.size()) + " into a tensor of rank " +
+                        std::to_string(dims.rank));
+    std::int64_t off = 0;
+    int a = 0;
+    for (std::int64_t i : idx) {
+      if (i < 0 || i >= dims.d[a])
+        throw shape_error("tensor: index " + std::to_string(i) + " out of range for axis " + std::to_string(a) +
+                          " of size " + std::to_string(dims.d[a]));
+      off = off * dims.d[a++] + i;
+    }
+    return data[off];
+  }
+  operator tensor_view<const T>() const { return {data, dims}; }  // NOLINT
+};
+
+/// An owning, contiguous, row-major n-d array of T (float, double, int32, uint8).
+template <class T>
+class tensor {
+ public:
+  tensor() = default;
+  /// A zero-filled tensor of the given shape.
+  explicit tensor(dims_t shape) : dims_(shape), data_(static_cast<std::size_t>(shape.size())) {}
+  /// A tensor with the given values (row-major); throws shape_error if the count differs.
+  tensor(dims_t shape, std::vector<T> values) : dims_(shape), data_(std::move(values)) {
+    if (static_cast<std::int64_t>(data_.size()) != dims_.size())
+      throw shape_error("tensor: " + std::to_string(data_.size()) + " values given for shape " + dims_.str() +
+                        " which holds " + std::to_string(dims_.size()));
+  }
+  /// A copy of a view's data.
+  explicit tensor(tensor_view<const T> v) : dims_(v.dims), data_(v.data, v.data + v.size()) {}
+
+  const dims_t& dims() const { return dims_; }
+  std::span<const std::int64_t> shape() const { return dims_.span(); }
+  int rank() const { return dims_.rank; }
+  std::int64_t size() const { return dims_.size(); }
+  std::int64_t dim(int i) const { return dims_[i]; }
+  T* data() { return data_.data(); }
+  const T* data() const { return data_.data(); }
+  std::span<T> values() { return data_; }
+  std::span<const T> values() const { return data_; }
+  T& operator[](std::int64_t i) { return data_[static_cast<std::size_t>(i)]; }
+  const T& operator[](std::int64_t i) const { return data_[static_cast<std::size_t>(i)]; }
+  T& at(std::initializer_list<std::int64_t> idx) { return view().at(idx); }
+  const T& at(std::initializer_list<std::int64_t> idx) const { return view().at(idx); }
+  tensor_view<T> view() { return {data_.data(), dims_}; }
+  tensor_view<const T> view() const { return {data_.data(), dims_}; }
+  void fill(T v) { std::fill(data_.begin(), data_.end(), v); }
+
+ private:
+  dims_t dims_;
+  std::vector<T> data_;
+};
+
+/// Converts every element (e.g. a float tensor to double for gradcheck).
+template <class To, class From>
+tensor<To> tensor_cast(const tensor<From>& t) {
+  tensor<To> r(t.dims());
+  for (std::int64_t i = 0; i < t.size(); ++i) r[i] = static_cast<To>(t[i]);
+  return r;
+}
+
+}  // namespace loom

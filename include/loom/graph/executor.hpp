@@ -1,0 +1,89 @@
+// executor<T>: runs a graph's plan forward and backward on oneTBB.
+#pragma once
+
+#include <cstdint>
+#include <initializer_list>
+#include <memory>
+#include <span>
+#include <string_view>
+#include <vector>
+
+#include "loom/core/node.hpp"
+#include "loom/core/params.hpp"
+#include "loom/core/tensor.hpp"
+#include "loom/graph/feed.hpp"
+#include "loom/graph/plan.hpp"
+
+namespace loom {
+
+/// Settings of an executor.
+struct exec_options {
+  int threads = 0;           // worker threads; 0 means all cores
+  bool input_grads = false;  // also compute gradients of real-valued inputs (input_grad())
+  bool training = true;      // dropout is active only in training
+};
+
+/// Runs one graph in scalar type T (float or double). Buffers are allocated on the first
+/// forward() and reused while the bound dims fit in them. Independent nodes run concurrently;
+/// results do not depend on the thread count (bit-identical for 1, 2 or N threads).
+/// Not thread-safe: one executor is used by one thread at a time.
+template <class T>
+class executor {
+ public:
+  /// An executor of `plan` reading and writing the parameters in `params`, which must
+  /// outlive it. Parameters are looked up by name at each forward().
+  executor(plan_view plan, param_store<T>& params, exec_options options = {});
+  ~executor();
+  executor(executor&&) noexcept;
+  executor& operator=(executor&&) noexcept;
+
+  /// Binds the inputs (by name), checks every shape, and computes every node.
+  /// Throws missing_error (an input or parameter absent), shape_error (rank, fixed dim or a
+  /// symbol's two bindings disagree), value_error (e.g. a token id out of range). Nothing is
+  /// computed when binding fails.
+  void forward(std::span<const feed> feeds);
+  void forward(std::initializer_list<feed> feeds) { forward(std::span<const feed>(feeds.begin(), feeds.size())); }
+
+  /// Reverse pass from output 0, which must hold one element (a loss). Gradients of all
+  /// parameters the graph uses are overwritten in the store (not accumulated).
+  void backward();
+  /// Reverse pass from the given cotangents, one per output, shaped like the outputs.
+  void backward(std::span<const tensor<T>> cotangents);
+
+  /// Value of the k-th output of make_graph(outputs...) after forward().
+  tensor_view<const T> output(int k = 0) const;
+  /// Value of any real-valued node of the graph after forward(); throws if it is not in it.
+  template <class Node>
+  tensor_view<const T> value(Node) const {
+    return value_at(index_of(desc_ptr<Node>()));
+  }
+  /// Gradient of the named real input after backward() (needs exec_options::input_grads).
+  tensor_view<const T> input_grad(std::string_view name) const;
+  /// Gradient of any node that gradients flow through, after backward().
+  template <class Node>
+  tensor_view<const T> grad(Node) const {
+    return grad_at(index_of(desc_ptr<Node>()));
+  }
+  /// The value the last forward() bound to a dynamic dim.
+  std::int64_t bound(std::string_view symbol) const;
+
+  void set_threads(int threads);
+  int threads() const;
+  void set_training(bool training);
+  /// Bytes held by value and gradient buffers.
+  std::size_t arena_bytes() const;
+  const plan_view& plan() const;
+
+  tensor_view<const T> value_at(int node) const;
+  tensor_view<const T> grad_at(int node) const;
+  int index_of(const node_desc* d) const;
+
+ private:
+  struct impl;
+  std::unique_ptr<impl> p_;
+};
+
+extern template class executor<float>;
+extern template class executor<double>;
+
+}  // namespace loom

@@ -1,0 +1,66 @@
+// feed: one named input tensor handed to executor::forward.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <type_traits>
+
+#include "loom/core/tensor.hpp"
+
+namespace loom {
+
+/// Storage type of a fed tensor.
+enum class storage : std::uint8_t { f32, f64, i32, u8 };
+
+template <class U>
+constexpr storage storage_of() {
+  if constexpr (std::is_same_v<U, float>) return storage::f32;
+  else if constexpr (std::is_same_v<U, double>) return storage::f64;
+  else if constexpr (std::is_same_v<U, std::int32_t>) return storage::i32;
+  else if constexpr (std::is_same_v<U, std::uint8_t>) return storage::u8;
+  else static_assert(sizeof(U) == 0, "feed: tensors of float, double, int32_t or uint8_t only");
+}
+
+constexpr const char* storage_name(storage s) {
+  switch (s) {
+    case storage::f32: return "float";
+    case storage::f64: return "double";
+    case storage::i32: return "int32";
+    case storage::u8: return "uint8 (bool)";
+  }
+  return "?";
+}
+
+/// A named input for executor::forward. From an lvalue tensor it *borrows* (the tensor must
+/// stay alive and unchanged until backward() has returned); from an rvalue it takes
+/// ownership, and the executor keeps it until the next forward().
+class feed {
+ public:
+  template <class U>
+  feed(std::string name, const tensor<U>& t)
+      : name_(std::move(name)), type_(storage_of<U>()), data_(t.data()), dims_(t.dims()) {}
+  template <class U>
+  feed(std::string name, tensor<U>&& t) : name_(std::move(name)), type_(storage_of<U>()), dims_(t.dims()) {
+    auto owned = std::make_shared<tensor<U>>(std::move(t));
+    data_ = owned->data();
+    keep_ = std::move(owned);
+  }
+  template <class U>
+  feed(std::string name, tensor_view<const U> v)
+      : name_(std::move(name)), type_(storage_of<std::remove_const_t<U>>()), data_(v.data), dims_(v.dims) {}
+
+  const std::string& name() const { return name_; }
+  storage type() const { return type_; }
+  const void* data() const { return data_; }
+  const dims_t& dims() const { return dims_; }
+
+ private:
+  std::string name_;
+  storage type_;
+  const void* data_ = nullptr;
+  dims_t dims_;
+  std::shared_ptr<const void> keep_;
+};
+
+}  // namespace loom

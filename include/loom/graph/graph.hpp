@@ -1,0 +1,60 @@
+// make_graph(outputs...): the compile-time plan of a graph, and what can be done with it.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+
+#include "loom/core/node.hpp"
+#include "loom/core/params.hpp"
+#include "loom/graph/executor.hpp"
+#include "loom/graph/plan.hpp"
+
+namespace loom {
+
+/// Writes the graph as Graphviz DOT (one box per node: op, shape; inputs and parameters by name).
+std::string to_dot(const plan_view& plan);
+
+/// Creates every parameter the graph uses, initialised like PyTorch's defaults for the layer
+/// that owns it (see init_kind), from a seeded generator. Existing entries are kept.
+template <class T>
+void init_params(const plan_view& plan, param_store<T>& store, std::uint64_t seed);
+
+/// The graph whose outputs are Outs...: a plan computed at compile time.
+template <class... Outs>
+struct graph {
+  static constexpr std::array<const node_desc*, sizeof...(Outs)> roots{desc_ptr<Outs>()...};
+  static constexpr detail::plan_sizes sizes = detail::measure(roots);
+  static constexpr auto data =
+      detail::build_plan<sizes.nodes, sizes.edges, sizes.syms, static_cast<int>(sizeof...(Outs))>(roots);
+
+  /// The plan, type-erased (what executors, gradcheck and to_dot take).
+  static plan_view plan() { return detail::view_of(data); }
+  /// Number of distinct nodes (inputs and parameters included).
+  static constexpr int size() { return sizes.nodes; }
+
+  /// An executor of this graph in scalar type T over the parameters in `params`.
+  template <class T>
+  ::loom::executor<T> executor(param_store<T>& params, exec_options options = {}) const {
+    return ::loom::executor<T>(plan(), params, options);
+  }
+  /// A store holding every parameter of this graph, initialised from `seed`.
+  template <class T>
+  param_store<T> make_params(std::uint64_t seed) const {
+    param_store<T> store;
+    init_params(plan(), store, seed);
+    return store;
+  }
+  std::string dot() const { return to_dot(plan()); }
+};
+
+/// The graph computing `outputs...` (nodes built with input<>, param<> and the ops); its plan
+/// — unique nodes, topological order, consumers, dynamic dims — is computed at compile time.
+template <class... Outs>
+constexpr graph<Outs...> make_graph(Outs...) {
+  static_assert(sizeof...(Outs) >= 1, "make_graph: give at least one output");
+  static_assert((is_node<Outs> && ...), "make_graph: every argument must be a graph node");
+  return {};
+}
+
+}  // namespace loom

@@ -1,0 +1,225 @@
+// The compile-time plan of a graph: unique nodes in topological order, their inputs and
+// consumers, the symbols of its dynamic dims, and which nodes gradients flow through.
+//
+// Everything here is constexpr code over arrays of node descriptors (not type-level
+// recursion), so its cost grows near-linearly with the number of nodes. A plan is computed
+// once per graph type by graph<Outs...> and handed to the executor as a plan_view.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <span>
+#include <string_view>
+#include <vector>
+
+#include "loom/core/node_desc.hpp"
+
+namespace loom {
+
+/// A dim of a node at run time: constant + Σ bound values of symbols (indices into syms).
+struct plan_dim {
+  long constant = 0;
+  int n_syms = 0;
+  std::array<short, max_dim_terms> sym{};
+};
+
+/// Per node: its dims, then its two dim attributes (slice begin and size).
+using plan_dims = std::array<plan_dim, max_rank + 2>;
+
+/// A type-erased view of a plan; what the executor, gradcheck and the DOT writer read.
+struct plan_view {
+  std::span<const node_desc* const> order;   // nodes, inputs before consumers
+  std::span<const int> in_off, in_idx;       // inputs of node i: in_idx[in_off[i] .. in_off[i+1])
+  std::span<const int> out_off, out_idx;     // distinct consumers of node i, ascending
+  std::span<const std::string_view> syms;    // names of the dynamic dims
+  std::span<const plan_dims> dims;           // dims of node i in terms of syms
+  std::span<const int> roots;                // the graph's outputs, as node indices
+  std::span<const std::uint8_t> from_param;  // 1 if node i depends on a parameter
+  std::span<const std::uint8_t> from_input;  // 1 if node i depends on a real-valued input
+
+  int size() const { return static_cast<int>(order.size()); }
+  std::span<const int> inputs(int i) const { return in_idx.subspan(in_off[i], in_off[i + 1] - in_off[i]); }
+  std::span<const int> consumers(int i) const { return out_idx.subspan(out_off[i], out_off[i + 1] - out_off[i]); }
+};
+
+namespace detail {
+
+/// Open-addressing map from descriptor address to topological index, usable in constexpr.
+class desc_index {
+ public:
+  constexpr desc_index() : keys_(64, nullptr), vals_(64, -1) {}
+  constexpr int find(const node_desc* d) const {
+    std::size_t mask = keys_.size() - 1;
+    for (std::size_t i = d->hash & mask;; i = (i + 1) & mask) {
+      if (keys_[i] == d) return vals_[i];
+      if (keys_[i] == nullptr) return -1;
+    }
+  }
+  constexpr void insert(const node_desc* d, int v) {
+    if (2 * (count_ + 1) > keys_.size()) grow();
+    place(d, v);
+    ++count_;
+  }
+  constexpr void set(const node_desc* d, int v) {
+    std::size_t mask = keys_.size() - 1;
+    for (std::size_t i = d->hash & mask;; i = (i + 1) & mask)
+      if (keys_[i] == d) {
+        vals_[i] = v;
+        return;
+      }
+  }
+
+ private:
+  constexpr void place(const node_desc* d, int v) {
+    std::size_t mask = keys_.size() - 1;
+    std::size_t i = d->hash & mask;
+    while (keys_[i] != nullptr) i = (i + 1) & mask;
+    keys_[i] = d;
+    vals_[i] = v;
+  }
+  constexpr void grow() {
+    std::vector<const node_desc*> old_keys = std::move(keys_);
+    std::vector<int> old_vals = std::move(vals_);
+    keys_.assign(old_keys.size() * 2, nullptr);
+    vals_.assign(old_keys.size() * 2, -1);
+    for (std::size_t i = 0; i < old_keys.size(); ++i)
+      if (old_keys[i] != nullptr) place(old_keys[i], old_vals[i]);
+  }
+  std::vector<const node_desc*> keys_;
+  std::vector<int> vals_;
+  std::size_t count_ = 0;
+};
+
+/// Post-order DFS from the roots: every node after all of its inputs, each node once.
+constexpr std::vector<const node_desc*> topological_order(std::span<const node_desc* const> roots,
+                                                          desc_index& index) {
+  std::vector<const node_desc*> order;
+  struct frame {
+    const node_desc* d;
+    std::size_t next;
+  };
+  std::vector<frame> stack;
+  for (const node_desc* r : roots) {
+    if (index.find(r) != -1) continue;
+    index.insert(r, -2);  // on the stack
+    stack.push_back({r, 0});
+    while (!stack.empty()) {
+      frame& top = stack.back();
+      if (top.next < top.d->inputs.size()) {
+        const node_desc* child = top.d->inputs[top.next++];
+        if (index.find(child) == -1) {
+          index.insert(child, -2);
+          stack.push_back({child, 0});
+        }
+      } else {
+        index.set(top.d, static_cast<int>(order.size()));
+        order.push_back(top.d);
+        stack.pop_back();
+      }
+    }
+  }
+  return order;
+}
+
+constexpr void collect_syms(const dim_expr& e, std::vector<std::string_view>& syms) {
+  for (int k = 0; k < e.n_syms; ++k) {
+    bool seen = false;
+    for (auto s : syms) seen = seen || s == e.syms[k];
+    if (!seen) syms.push_back(e.syms[k]);
+  }
+}
+
+struct plan_sizes {
+  int nodes = 0, edges = 0, syms = 0;
+};
+
+constexpr plan_sizes measure(std::span<const node_desc* const> roots) {
+  desc_index index;
+  auto order = topological_order(roots, index);
+  plan_sizes s;
+  s.nodes = static_cast<int>(order.size());
+  std::vector<std::string_view> syms;
+  for (const node_desc* d : order) {
+    s.edges += static_cast<int>(d->inputs.size());
+    for (int a = 0; a < d->rank; ++a) collect_syms(d->dims[a], syms);
+    for (const auto& e : d->dattr) collect_syms(e, syms);
+  }
+  s.syms = static_cast<int>(syms.size());
+  return s;
+}
+
+template <int N, int E, int S, int R>
+struct plan_data {
+  std::array<const node_desc*, N> order{};
+  std::array<int, N + 1> in_off{};
+  std::array<int, E> in_idx{};
+  std::array<int, N + 1> out_off{};
+  std::array<int, E> out_idx{};  // distinct consumers; at most E of them
+  std::array<std::string_view, S> syms{};
+  std::array<plan_dims, N> dims{};
+  std::array<int, R> roots{};
+  std::array<std::uint8_t, N> from_param{};
+  std::array<std::uint8_t, N> from_input{};
+};
+
+constexpr plan_dim to_plan_dim(const dim_expr& e, std::span<const std::string_view> syms) {
+  plan_dim p;
+  p.constant = e.constant;
+  p.n_syms = e.n_syms;
+  for (int k = 0; k < e.n_syms; ++k)
+    for (std::size_t s = 0; s < syms.size(); ++s)
+      if (syms[s] == e.syms[k]) p.sym[k] = static_cast<short>(s);
+  return p;
+}
+
+template <int N, int E, int S, int R>
+constexpr plan_data<N, E, S, R> build_plan(std::span<const node_desc* const> roots) {
+  plan_data<N, E, S, R> p;
+  desc_index index;
+  auto order = topological_order(roots, index);
+  std::vector<std::string_view> syms;
+  for (const node_desc* d : order) {
+    for (int a = 0; a < d->rank; ++a) collect_syms(d->dims[a], syms);
+    for (const auto& e : d->dattr) collect_syms(e, syms);
+  }
+  for (int s = 0; s < S; ++s) p.syms[s] = syms[s];
+
+  int e = 0;
+  std::vector<std::vector<int>> consumers(N);
+  for (int i = 0; i < N; ++i) {
+    const node_desc* d = order[i];
+    p.order[i] = d;
+    p.in_off[i] = e;
+    bool param = d->kind == op_kind::param;
+    bool input = d->kind == op_kind::input && d->elem == dtype::real;
+    for (const node_desc* in : d->inputs) {
+      int j = index.find(in);
+      p.in_idx[e++] = j;
+      if (consumers[j].empty() || consumers[j].back() != i) consumers[j].push_back(i);
+      param = param || p.from_param[j];
+      input = input || p.from_input[j];
+    }
+    p.from_param[i] = param;
+    p.from_input[i] = input;
+    for (int a = 0; a < d->rank; ++a) p.dims[i][a] = to_plan_dim(d->dims[a], p.syms);
+    p.dims[i][max_rank] = to_plan_dim(d->dattr[0], p.syms);
+    p.dims[i][max_rank + 1] = to_plan_dim(d->dattr[1], p.syms);
+  }
+  p.in_off[N] = e;
+  int o = 0;
+  for (int i = 0; i < N; ++i) {
+    p.out_off[i] = o;
+    for (int c : consumers[i]) p.out_idx[o++] = c;
+  }
+  p.out_off[N] = o;
+  for (int r = 0; r < R; ++r) p.roots[r] = index.find(roots[r]);
+  return p;
+}
+
+template <int N, int E, int S, int R>
+plan_view view_of(const plan_data<N, E, S, R>& p) {
+  return {p.order, p.in_off, p.in_idx, p.out_off, p.out_idx, p.syms, p.dims, p.roots, p.from_param, p.from_input};
+}
+
+}  // namespace detail
+}  // namespace loom

@@ -1,0 +1,15 @@
+// loom: neural models as typed dataflow graphs known at compile time.
+// Include this one header for the whole public API.
+#pragma once
+
+#include "loom/core/dims.hpp"
+#include "loom/core/errors.hpp"
+#include "loom/core/fixed_string.hpp"
+#include "loom/core/node.hpp"
+#include "loom/core/params.hpp"
+#include "loom/core/random.hpp"
+#include "loom/core/tensor.hpp"
+#include "loom/graph/executor.hpp"
+#include "loom/graph/gradcheck.hpp"
+#include "loom/graph/graph.hpp"
+#include "loom/ops.hpp"

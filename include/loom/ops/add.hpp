@@ -1,0 +1,55 @@
+// add: y = a + b, where b's shape is a's or a suffix of it (a bias [D] on [B, T, D]).
+//   backward: da = dy;  db = dy summed over the axes b lacks.
+// sum: y = Σ x over every element, a scalar (shape<>).  backward: dx = dy.
+#pragma once
+
+#include "loom/core/node.hpp"
+
+namespace loom {
+
+/// True when B's dims are the trailing dims of A's.
+template <class A, class B>
+inline constexpr bool is_shape_suffix = [] {
+  if constexpr (B::rank > A::rank) return false;
+  else return std::is_same_v<shape_tail<A, A::rank - B::rank>, B>;
+}();
+
+struct add_op {
+  static constexpr op_kind kind = op_kind::add;
+  template <class A, class B>
+  struct rule {
+    static_assert(is_shape_suffix<A, B>,
+                  "add: the second operand's dims must equal the first's, or its trailing dims");
+    using type = A;
+  };
+};
+
+/// a + b, b broadcast over a's leading axes (b's shape is a suffix of a's).
+template <class A, class B>
+constexpr node<add_op, A, B> add(A, B) {
+  return {};
+}
+
+/// a + b for nodes; the operand with fewer axes is broadcast.
+template <class A, class B>
+  requires(is_node<A> && is_node<B>)
+constexpr auto operator+(A a, B b) {
+  if constexpr (A::shape::rank >= B::shape::rank) return add(a, b);
+  else return add(b, a);
+}
+
+struct sum_op {
+  static constexpr op_kind kind = op_kind::sum;
+  template <class S>
+  struct rule {
+    using type = shape<>;
+  };
+};
+
+/// The sum of every element: a scalar (shape<>), e.g. to make a loss for tests.
+template <class X>
+constexpr node<sum_op, X> sum(X) {
+  return {};
+}
+
+}  // namespace loom

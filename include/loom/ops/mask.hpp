@@ -1,0 +1,96 @@
+// mask: set attention scores that may not be attended to −∞ (softmax then gives them weight 0;
+// a row with no allowed key gets weights 0, see softmax).
+//
+//   mask_causal(scores):            scores [.., T, S]; key j is masked for query i when
+//                                   j > i + (S − T). With a cache of P past keys, S = P + T and
+//                                   query i sits at absolute position P + i, so this is the
+//                                   causal mask offset by the cache length; in training S = T.
+//   mask_padding(scores, valid_len): scores [B, .., T, S], valid_len [B] (int): key j is masked
+//                                   in sequence b when j ≥ valid_len[b] (d2l's valid_lens).
+//   mask_bool(scores, allowed):     allowed [.., T, S] (bool), broadcast over leading dims and
+//                                   over axes of size 1: masked where allowed is false
+//                                   (PyTorch's boolean attn_mask: True may attend).
+//
+//   backward (all three): dx = dy where the score was kept, 0 where it was masked.
+#pragma once
+
+#include "loom/core/node.hpp"
+
+namespace loom {
+
+struct mask_causal_op {
+  static constexpr op_kind kind = op_kind::mask_causal;
+  template <class S>
+  struct rule {
+    static_assert(S::rank >= 2, "mask_causal: scores need at least two axes [.., T, S]");
+    using type = S;
+  };
+};
+
+/// True when a padding mask's lengths [B] fit scores [B, ...].
+template <class LenDim, class BatchDim>
+inline constexpr bool padding_batch_matches = std::is_same_v<LenDim, BatchDim>;
+
+struct mask_padding_op {
+  static constexpr op_kind kind = op_kind::mask_padding;
+  template <class S, class L>
+  struct rule {
+    static_assert(S::rank >= 2, "mask_padding: scores need at least two axes [B, .., T, S]");
+    static_assert(L::rank == 1, "mask_padding: valid_len must be a vector [B]");
+    static_assert(padding_batch_matches<dim_at<L, 0>, dim_at<S, 0>>,
+                  "mask_padding: valid_len [B] and the first axis of the scores [B, .., T, S] differ");
+    using type = S;
+  };
+};
+
+namespace detail {
+template <class MaskShape, class ScoreShape>
+constexpr bool bool_mask_fits() {
+  if constexpr (MaskShape::rank > ScoreShape::rank) {
+    return false;
+  } else {
+    constexpr int off = ScoreShape::rank - MaskShape::rank;
+    return []<std::size_t... I>(std::index_sequence<I...>) {
+      return ((std::is_same_v<dim_at<MaskShape, static_cast<int>(I)>, fix<1>> ||
+               std::is_same_v<dim_at<MaskShape, static_cast<int>(I)>, dim_at<ScoreShape, off + static_cast<int>(I)>>) &&
+              ...);
+    }(std::make_index_sequence<MaskShape::rank>{});
+  }
+}
+}  // namespace detail
+
+/// True when a boolean mask broadcasts onto the scores (trailing dims equal or 1).
+template <class MaskShape, class ScoreShape>
+inline constexpr bool bool_mask_broadcasts = detail::bool_mask_fits<MaskShape, ScoreShape>();
+
+struct mask_bool_op {
+  static constexpr op_kind kind = op_kind::mask_bool;
+  template <class S, class M>
+  struct rule {
+    static_assert(bool_mask_broadcasts<M, S>,
+                  "mask_bool: the mask's dims must equal the scores' trailing dims, or be 1");
+    using type = S;
+  };
+};
+
+/// Causal mask over scores [.., T, S], offset by S − T (the cache length when decoding).
+template <class X>
+constexpr node<mask_causal_op, X> mask_causal(X) {
+  return {};
+}
+
+/// Masks keys j ≥ valid_len[b] in scores [B, .., T, S]; valid_len is an int input [B].
+template <class X, class L>
+constexpr node<mask_padding_op, X, L> mask_padding(X, L) {
+  static_assert(desc_of<resolve_t<L>>.elem == dtype::i32, "mask_padding: valid_len must be an int input");
+  return {};
+}
+
+/// Masks scores where the boolean input `allowed` is false (PyTorch's bool attn_mask).
+template <class X, class M>
+constexpr node<mask_bool_op, X, M> mask_bool(X, M) {
+  static_assert(desc_of<resolve_t<M>>.elem == dtype::u8, "mask_bool: the mask must be a bool input");
+  return {};
+}
+
+}  // namespace loom

@@ -1,0 +1,58 @@
+// matmul: batched matrix product with optional transposes.
+//
+//   a: [..., M, K]  (or [..., K, M] with TransA)    b: [..., K, N]  (or [..., N, K] with TransB)
+//   c = op(a) · op(b): [..., M, N]
+//   The batch dims (all but the last two) are the same in a and b, or absent from one of them,
+//   which is then shared across the batch (a weight matrix, say).
+//
+//   backward:  d op(a) = dc · op(b)ᵀ,   d op(b) = op(a)ᵀ · dc   (summed over the batch when
+//              that operand is shared), transposed back for an operand given transposed.
+#pragma once
+
+#include "loom/core/node.hpp"
+
+namespace loom {
+
+/// True when the contracted dims of a matmul agree (see the static_assert in matmul_op).
+template <class KofA, class KofB>
+inline constexpr bool inner_dims_match = std::is_same_v<KofA, KofB>;
+
+/// True when matmul batch dims agree: equal, or absent from one operand.
+template <class BatchA, class BatchB>
+inline constexpr bool batch_dims_match =
+    std::is_same_v<BatchA, BatchB> || BatchA::rank == 0 || BatchB::rank == 0;
+
+template <bool TransA, bool TransB>
+struct matmul_op {
+  static constexpr op_kind kind = op_kind::matmul;
+  template <class SA, class SB>
+  struct rule {
+    static_assert(SA::rank >= 2 && SB::rank >= 2, "matmul: both operands need at least two axes [.., rows, cols]");
+    static constexpr bool ranks_ok = SA::rank >= 2 && SB::rank >= 2;
+    using A = std::conditional_t<ranks_ok, SA, shape<fix<1>, fix<1>>>;
+    using B = std::conditional_t<ranks_ok, SB, shape<fix<1>, fix<1>>>;
+    using K_of_a = dim_at<A, TransA ? -2 : -1>;
+    using K_of_b = dim_at<B, TransB ? -1 : -2>;
+    static_assert(inner_dims_match<K_of_a, K_of_b>,
+                  "matmul: inner dims differ: a is [.., M, K] and b is [.., K, N] (after transposes)");
+    using batch_a = shape_head<A, A::rank - 2>;
+    using batch_b = shape_head<B, B::rank - 2>;
+    static_assert(batch_dims_match<batch_a, batch_b>,
+                  "matmul: batch dims of a and b differ (they must be equal, or absent from one operand)");
+    using batch = std::conditional_t<(batch_a::rank >= batch_b::rank), batch_a, batch_b>;
+    using type = shape_cat<batch, shape<dim_at<A, TransA ? -1 : -2>, dim_at<B, TransB ? -2 : -1>>>;
+  };
+  static constexpr void describe(node_desc& d) {
+    d.iattr[0] = TransA;
+    d.iattr[1] = TransB;
+  }
+};
+
+/// c = op(a) · op(b), batched over leading dims (see matmul_op). A shape mismatch the types
+/// can see does not compile; `matmul<false, true>(x, w)` is x · wᵀ (nn.Linear's layout).
+template <bool TransA = false, bool TransB = false, class A, class B>
+constexpr node<matmul_op<TransA, TransB>, A, B> matmul(A, B) {
+  return {};
+}
+
+}  // namespace loom

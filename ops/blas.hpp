@@ -1,0 +1,13 @@
+// GEMM through a BLAS (serial OpenBLAS: TBB owns the threads).
+#pragma once
+
+#include <cstdint>
+
+namespace loom::ops {
+
+/// C[M,N] = alpha · op(A) · op(B) + beta · C, row-major, op(X) = Xᵀ when trans_x.
+template <class T>
+void gemm(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k, T alpha, const T* a,
+          std::int64_t lda, const T* b, std::int64_t ldb, T beta, T* c, std::int64_t ldc);
+
+}  // namespace loom::ops

@@ -1,0 +1,98 @@
+// concat and slice kernels (copies along one axis).
+//   concat: y = [x_1 | x_2 | ...] along the axis;  dx_i += the part of dy that x_i filled.
+//   slice:  y = x[.., begin : begin + size, ..];  dx[.., begin : begin + size, ..] += dy.
+#include <cstring>
+#include <string>
+
+#include "kernels.hpp"
+#include "loom/core/errors.hpp"
+#include "parallel.hpp"
+
+namespace loom::ops {
+
+template <class T>
+void concat_kernel<T>::forward(const op_args<T>& a) {
+  const int axis = static_cast<int>(a.attr(0));
+  const dims_t& od = a.out_dims;
+  const std::int64_t outer = od.prod(0, axis), inner = od.prod(axis + 1, od.rank);
+  const std::int64_t out_chunk = od.d[axis] * inner;
+  std::int64_t offset = 0;
+  for (std::size_t i = 0; i < a.in.size(); ++i) {
+    const T* x = a.input(static_cast<int>(i));
+    const std::int64_t chunk = a.in_dims[i].d[axis] * inner;
+    for_chunks(outer, grain_for(chunk), [&](std::int64_t o0, std::int64_t o1) {
+      for (std::int64_t o = o0; o < o1; ++o)
+        std::memcpy(a.out + o * out_chunk + offset, x + o * chunk, static_cast<std::size_t>(chunk) * sizeof(T));
+    });
+    offset += chunk;
+  }
+}
+
+template <class T>
+void concat_kernel<T>::backward(const op_args<T>& a) {
+  const int axis = static_cast<int>(a.attr(0));
+  const dims_t& od = a.out_dims;
+  const std::int64_t outer = od.prod(0, axis), inner = od.prod(axis + 1, od.rank);
+  const std::int64_t out_chunk = od.d[axis] * inner;
+  std::int64_t offset = 0;
+  for (std::size_t i = 0; i < a.in.size(); ++i) {
+    const std::int64_t chunk = a.in_dims[i].d[axis] * inner;
+    if (T* dx = a.grad(static_cast<int>(i))) {
+      for_chunks(outer, grain_for(chunk), [&](std::int64_t o0, std::int64_t o1) {
+        for (std::int64_t o = o0; o < o1; ++o) {
+          const T* dy = a.dout + o * out_chunk + offset;
+          T* d = dx + o * chunk;
+          for (std::int64_t e = 0; e < chunk; ++e) d[e] += dy[e];
+        }
+      });
+    }
+    offset += chunk;
+  }
+}
+
+template <class T>
+void slice_kernel<T>::check(const op_args<T>& a) {
+  const int axis = static_cast<int>(a.attr(0));
+  const std::int64_t dim = a.in_dims[0].d[axis];
+  if (a.dattr[0] < 0 || a.dattr[0] + a.dattr[1] > dim)
+    throw shape_error("slice: [" + std::to_string(a.dattr[0]) + ", " + std::to_string(a.dattr[0] + a.dattr[1]) +
+                      ") exceeds axis " + std::to_string(axis) + " of size " + std::to_string(dim));
+}
+
+template <class T>
+void slice_kernel<T>::forward(const op_args<T>& a) {
+  const int axis = static_cast<int>(a.attr(0));
+  const dims_t& xd = a.in_dims[0];
+  const std::int64_t outer = xd.prod(0, axis), inner = xd.prod(axis + 1, xd.rank);
+  const std::int64_t in_chunk = xd.d[axis] * inner, out_chunk = a.dattr[1] * inner;
+  const T* x = a.input(0) + a.dattr[0] * inner;
+  for_chunks(outer, grain_for(out_chunk), [&](std::int64_t o0, std::int64_t o1) {
+    for (std::int64_t o = o0; o < o1; ++o)
+      std::memcpy(a.out + o * out_chunk, x + o * in_chunk, static_cast<std::size_t>(out_chunk) * sizeof(T));
+  });
+}
+
+template <class T>
+void slice_kernel<T>::backward(const op_args<T>& a) {
+  T* dx = a.grad(0);
+  if (!dx) return;
+  const int axis = static_cast<int>(a.attr(0));
+  const dims_t& xd = a.in_dims[0];
+  const std::int64_t outer = xd.prod(0, axis), inner = xd.prod(axis + 1, xd.rank);
+  const std::int64_t in_chunk = xd.d[axis] * inner, out_chunk = a.dattr[1] * inner;
+  dx += a.dattr[0] * inner;
+  for_chunks(outer, grain_for(out_chunk), [&](std::int64_t o0, std::int64_t o1) {
+    for (std::int64_t o = o0; o < o1; ++o) {
+      const T* dy = a.dout + o * out_chunk;
+      T* d = dx + o * in_chunk;
+      for (std::int64_t e = 0; e < out_chunk; ++e) d[e] += dy[e];
+    }
+  });
+}
+
+template struct concat_kernel<float>;
+template struct concat_kernel<double>;
+template struct slice_kernel<float>;
+template struct slice_kernel<double>;
+
+}  // namespace loom::ops

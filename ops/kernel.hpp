@@ -1,0 +1,54 @@
+// The interface between the executor and the op kernels (private to the library).
+//
+// A kernel sees plain pointers and run-time dims, never node types: it is compiled once per
+// scalar type. forward() writes the node's value; backward() *accumulates* (+=) into the
+// gradient of each input that needs one (din[i] != nullptr), reading dout and, where useful,
+// the inputs and the node's own value.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <span>
+
+#include "loom/core/node_desc.hpp"
+#include "loom/core/tensor.hpp"
+
+namespace loom::ops {
+
+template <class T>
+struct op_args {
+  const node_desc* node = nullptr;
+  std::span<const void* const> in;  // input values; real-valued ones point to T
+  std::span<const dims_t> in_dims;
+  T* out = nullptr;  // the node's value (written by forward, read-only in backward)
+  dims_t out_dims;
+  std::array<std::int64_t, 2> dattr{};  // the node's dim attributes, bound
+  const T* dout = nullptr;              // backward: gradient of the node's value
+  std::span<T* const> din;              // backward: gradients to accumulate into, or nullptr
+  bool training = true;
+
+  template <class U = T>
+  const U* input(int i) const {
+    return static_cast<const U*>(in[static_cast<std::size_t>(i)]);
+  }
+  T* grad(int i) const { return din[static_cast<std::size_t>(i)]; }
+  long attr(int i) const { return node->iattr[static_cast<std::size_t>(i)]; }
+};
+
+template <class T>
+struct op_entry {
+  const char* name = nullptr;
+  void (*forward)(const op_args<T>&) = nullptr;
+  void (*backward)(const op_args<T>&) = nullptr;
+  /// Run-time checks beyond what the types can see (called when binding; throws shape_error).
+  void (*check)(const op_args<T>&) = nullptr;
+};
+
+/// The kernel table, indexed by op_kind.
+template <class T>
+const op_entry<T>& kernel(op_kind kind);
+
+/// Human-readable op name ("matmul", "softmax", ...).
+const char* op_name(op_kind kind);
+
+}  // namespace loom::ops

@@ -1,0 +1,39 @@
+// Declarations of every op's kernels (defined one op per file in ops/, compiled once per
+// scalar type, collected into the dispatch table by registry.cpp).
+#pragma once
+
+#include "kernel.hpp"
+
+namespace loom::ops {
+
+#define LOOM_KERNEL(op)                          \
+  template <class T>                             \
+  struct op##_kernel {                           \
+    static void forward(const op_args<T>& a);    \
+    static void backward(const op_args<T>& a);   \
+  };
+#define LOOM_CHECKED_KERNEL(op)                  \
+  template <class T>                             \
+  struct op##_kernel {                           \
+    static void forward(const op_args<T>& a);    \
+    static void backward(const op_args<T>& a);   \
+    static void check(const op_args<T>& a);      \
+  };
+
+LOOM_KERNEL(matmul)
+LOOM_KERNEL(scale)
+LOOM_KERNEL(mask_causal)
+LOOM_KERNEL(mask_padding)
+LOOM_KERNEL(mask_bool)
+LOOM_KERNEL(softmax)
+LOOM_KERNEL(concat)
+LOOM_CHECKED_KERNEL(slice)
+LOOM_KERNEL(reshape)
+LOOM_KERNEL(transpose)
+LOOM_KERNEL(add)
+LOOM_KERNEL(sum)
+
+#undef LOOM_KERNEL
+#undef LOOM_CHECKED_KERNEL
+
+}  // namespace loom::ops

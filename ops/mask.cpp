@@ -1,0 +1,125 @@
+// mask kernels: masked scores become −∞; backward passes dy where the score was kept.
+//   causal:  scores [.., T, S], key j masked for query i when j > i + (S − T)
+//   padding: scores [B, .., T, S], key j masked in sequence b when j ≥ valid_len[b]
+//   bool:    masked where the broadcast boolean mask is 0
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "kernels.hpp"
+#include "loom/core/errors.hpp"
+#include "parallel.hpp"
+
+namespace loom::ops {
+namespace {
+
+constexpr std::int64_t row_work = 4;
+
+// Applies keep(row, j) to every score: forward writes x or −∞, backward adds dy where kept.
+template <class T, class Keep>
+void apply(const op_args<T>& a, bool backward, Keep keep) {
+  const std::int64_t s = a.out_dims[-1];
+  const std::int64_t rows = s ? a.out_dims.size() / s : 0;
+  const T* x = a.input(0);
+  T* y = a.out;
+  T* dx = backward ? a.grad(0) : nullptr;
+  if (backward && !dx) return;
+  const T* dy = a.dout;
+  const T neg_inf = -std::numeric_limits<T>::infinity();
+  for_chunks(rows, grain_for(row_work * s), [&](std::int64_t r0, std::int64_t r1) {
+    for (std::int64_t r = r0; r < r1; ++r)
+      for (std::int64_t j = 0; j < s; ++j) {
+        std::int64_t e = r * s + j;
+        if (backward) {
+          if (keep(r, j)) dx[e] += dy[e];
+        } else {
+          y[e] = keep(r, j) ? x[e] : neg_inf;
+        }
+      }
+  });
+}
+
+template <class T>
+void causal(const op_args<T>& a, bool backward) {
+  const std::int64_t t = a.out_dims[-2], s = a.out_dims[-1];
+  const std::int64_t offset = s - t;
+  apply(a, backward, [&](std::int64_t r, std::int64_t j) { return j <= r % t + offset; });
+}
+
+template <class T>
+void padding(const op_args<T>& a, bool backward) {
+  const std::int64_t b = a.out_dims[0], s = a.out_dims[-1];
+  const std::int64_t rows_per_seq = b ? a.out_dims.size() / (b * s) : 0;
+  const std::int32_t* len = a.template input<std::int32_t>(1);
+  for (std::int64_t i = 0; i < b; ++i)
+    if (len[i] < 0 || len[i] > s)
+      throw value_error("mask_padding: valid_len[" + std::to_string(i) + "] = " + std::to_string(len[i]) +
+                        " is outside [0, " + std::to_string(s) + "] (the number of keys)");
+  apply(a, backward, [&](std::int64_t r, std::int64_t j) { return j < len[r / rows_per_seq]; });
+}
+
+template <class T>
+void boolean(const op_args<T>& a, bool backward) {
+  const dims_t& sd = a.out_dims;
+  const dims_t& md = a.in_dims[1];
+  const std::uint8_t* m = a.template input<std::uint8_t>(1);
+  // stride of the mask along each axis of the scores (0 where the mask broadcasts)
+  std::array<std::int64_t, max_rank> stride{};
+  std::int64_t st = 1;
+  for (int i = md.rank - 1; i >= 0; --i) {
+    int si = sd.rank - md.rank + i;
+    stride[si] = md.d[i] == 1 ? 0 : st;
+    st *= md.d[i];
+  }
+  const std::int64_t s = sd[-1];
+  const std::int64_t rows = s ? sd.size() / s : 0;
+  const std::int64_t last_stride = stride[sd.rank - 1];
+  std::vector<std::int64_t> row_off(static_cast<std::size_t>(rows));
+  for (std::int64_t r = 0; r < rows; ++r) {
+    std::int64_t off = 0, rest = r;
+    for (int i = sd.rank - 2; i >= 0; --i) {
+      off += (rest % sd.d[i]) * stride[i];
+      rest /= sd.d[i];
+    }
+    row_off[static_cast<std::size_t>(r)] = off;
+  }
+  apply(a, backward, [&](std::int64_t r, std::int64_t j) {
+    return m[row_off[static_cast<std::size_t>(r)] + j * last_stride] != 0;
+  });
+}
+
+}  // namespace
+
+template <class T>
+void mask_causal_kernel<T>::forward(const op_args<T>& a) {
+  causal(a, false);
+}
+template <class T>
+void mask_causal_kernel<T>::backward(const op_args<T>& a) {
+  causal(a, true);
+}
+template <class T>
+void mask_padding_kernel<T>::forward(const op_args<T>& a) {
+  padding(a, false);
+}
+template <class T>
+void mask_padding_kernel<T>::backward(const op_args<T>& a) {
+  padding(a, true);
+}
+template <class T>
+void mask_bool_kernel<T>::forward(const op_args<T>& a) {
+  boolean(a, false);
+}
+template <class T>
+void mask_bool_kernel<T>::backward(const op_args<T>& a) {
+  boolean(a, true);
+}
+
+template struct mask_causal_kernel<float>;
+template struct mask_causal_kernel<double>;
+template struct mask_padding_kernel<float>;
+template struct mask_padding_kernel<double>;
+template struct mask_bool_kernel<float>;
+template struct mask_bool_kernel<double>;
+
+}  // namespace loom::ops

@@ -1,0 +1,155 @@
+// matmul kernels. See include/loom/ops/matmul.hpp for the math.
+//
+// a: [..., M, K] (TransA: [..., K, M]), b: [..., K, N] (TransB: [..., N, K]) -> c: [..., M, N].
+// Work is split into (batch, row-chunk) items of fixed size, so the split — and the result —
+// does not depend on the thread count. Each item is one serial BLAS call.
+#include <algorithm>
+
+#include "blas.hpp"
+#include "kernels.hpp"
+#include "parallel.hpp"
+
+namespace loom::ops {
+namespace {
+
+struct mm_dims {
+  bool ta, tb;
+  std::int64_t m, n, k, batch;
+  bool a_shared, b_shared;  // operand has no batch dims and is reused for every batch entry
+  std::int64_t lda, ldb;
+  std::int64_t stride_a, stride_b, stride_c;
+};
+
+template <class T>
+mm_dims dims_of(const op_args<T>& a) {
+  mm_dims d{};
+  d.ta = a.attr(0) != 0;
+  d.tb = a.attr(1) != 0;
+  const dims_t& da = a.in_dims[0];
+  const dims_t& db = a.in_dims[1];
+  d.m = d.ta ? da[-1] : da[-2];
+  d.k = d.ta ? da[-2] : da[-1];
+  d.n = d.tb ? db[-2] : db[-1];
+  d.a_shared = da.rank == 2 && db.rank > 2;
+  d.b_shared = db.rank == 2 && da.rank > 2;
+  d.batch = std::max(da.prod(0, da.rank - 2), db.prod(0, db.rank - 2));
+  d.lda = d.ta ? d.m : d.k;
+  d.ldb = d.tb ? d.k : d.n;
+  d.stride_a = d.a_shared ? 0 : d.m * d.k;
+  d.stride_b = d.b_shared ? 0 : d.k * d.n;
+  d.stride_c = d.m * d.n;
+  return d;
+}
+
+// Pointer to row r of op(X), X stored with leading dimension ld.
+template <class P>
+P row_of_op(P x, bool trans, std::int64_t ld, std::int64_t r) {
+  return trans ? x + r : x + r * ld;
+}
+
+// Rows per work item: about 2^17 multiply-adds each, at least 16 rows.
+std::int64_t row_grain(std::int64_t n, std::int64_t k) {
+  std::int64_t per_row = std::max<std::int64_t>(1, n * k);
+  return std::max<std::int64_t>(16, (std::int64_t{1} << 17) / per_row);
+}
+
+// C (rows x n, in batches) = op(X) · op(Y) (+ C when accumulate), parallel over
+// (batch, row chunk). X, Y, C advance by their strides per batch entry.
+template <class T>
+void batched_gemm(bool tx, bool ty, std::int64_t batch, std::int64_t rows, std::int64_t n, std::int64_t k,
+                  const T* x, std::int64_t ldx, std::int64_t sx, const T* y, std::int64_t ldy, std::int64_t sy, T* c,
+                  std::int64_t sc, T beta) {
+  std::int64_t grain = row_grain(n, k);
+  std::int64_t chunks = (rows + grain - 1) / grain;
+  for_chunks(batch * chunks, 1, [&](std::int64_t b0, std::int64_t b1) {
+    for (std::int64_t item = b0; item < b1; ++item) {
+      std::int64_t b = item / chunks, r0 = (item % chunks) * grain, r1 = std::min(rows, r0 + grain);
+      gemm<T>(tx, ty, r1 - r0, n, k, T(1), row_of_op(x + b * sx, tx, ldx, r0), ldx, y + b * sy, ldy, beta,
+              c + b * sc + r0 * n, n);
+    }
+  });
+}
+
+// C (rows x n) += Σ_b op(X_b) · op(Y_b): a gradient of an operand shared across the batch,
+// parallel over row chunks of C, the batch summed in order inside each chunk.
+template <class T>
+void summed_gemm(bool tx, bool ty, std::int64_t batch, std::int64_t rows, std::int64_t n, std::int64_t k,
+                 const T* x, std::int64_t ldx, std::int64_t sx, const T* y, std::int64_t ldy, std::int64_t sy, T* c) {
+  std::int64_t grain = row_grain(n, k * batch);
+  std::int64_t chunks = (rows + grain - 1) / grain;
+  for_chunks(chunks, 1, [&](std::int64_t c0, std::int64_t c1) {
+    for (std::int64_t ch = c0; ch < c1; ++ch) {
+      std::int64_t r0 = ch * grain, r1 = std::min(rows, r0 + grain);
+      for (std::int64_t b = 0; b < batch; ++b)
+        gemm<T>(tx, ty, r1 - r0, n, k, T(1), row_of_op(x + b * sx, tx, ldx, r0), ldx, y + b * sy, ldy, T(1),
+                c + r0 * n, n);
+    }
+  });
+}
+
+}  // namespace
+
+template <class T>
+void matmul_kernel<T>::forward(const op_args<T>& a) {
+  mm_dims d = dims_of(a);
+  const T* A = a.input(0);
+  const T* B = a.input(1);
+  if (d.b_shared && !d.ta) {
+    // a's batch and rows flatten into one [batch·M, K] matrix: a single GEMM against b.
+    batched_gemm<T>(false, d.tb, 1, d.batch * d.m, d.n, d.k, A, d.lda, 0, B, d.ldb, 0, a.out, 0, T(0));
+  } else {
+    batched_gemm<T>(d.ta, d.tb, d.batch, d.m, d.n, d.k, A, d.lda, d.stride_a, B, d.ldb, d.stride_b, a.out,
+                    d.stride_c, T(0));
+  }
+}
+
+template <class T>
+void matmul_kernel<T>::backward(const op_args<T>& a) {
+  mm_dims d = dims_of(a);
+  const T* A = a.input(0);
+  const T* B = a.input(1);
+  const T* dC = a.dout;
+  if (T* dA = a.grad(0)) {
+    // !TransA: dA[M,K] += dC[M,N] · op(B)ᵀ      TransA: dA[K,M] += op(B)[K,N] · dCᵀ
+    if (!d.ta) {
+      if (d.a_shared)
+        summed_gemm<T>(false, !d.tb, d.batch, d.m, d.k, d.n, dC, d.n, d.stride_c, B, d.ldb, d.stride_b, dA);
+      else if (d.b_shared)
+        batched_gemm<T>(false, !d.tb, 1, d.batch * d.m, d.k, d.n, dC, d.n, 0, B, d.ldb, 0, dA, 0, T(1));
+      else
+        batched_gemm<T>(false, !d.tb, d.batch, d.m, d.k, d.n, dC, d.n, d.stride_c, B, d.ldb, d.stride_b, dA,
+                        d.stride_a, T(1));
+    } else {
+      if (d.a_shared)
+        summed_gemm<T>(d.tb, true, d.batch, d.k, d.m, d.n, B, d.ldb, d.stride_b, dC, d.n, d.stride_c, dA);
+      else
+        batched_gemm<T>(d.tb, true, d.batch, d.k, d.m, d.n, B, d.ldb, d.stride_b, dC, d.n, d.stride_c, dA,
+                        d.stride_a, T(1));
+    }
+  }
+  if (T* dB = a.grad(1)) {
+    // !TransB: dB[K,N] += op(A)ᵀ[K,M] · dC[M,N]      TransB: dB[N,K] += dCᵀ[N,M] · op(A)[M,K]
+    if (!d.tb) {
+      if (d.b_shared && !d.ta)  // a flattens to [batch·M, K]: one reduction over batch·M
+        summed_gemm<T>(true, false, 1, d.k, d.n, d.batch * d.m, A, d.lda, 0, dC, d.n, 0, dB);
+      else if (d.b_shared)
+        summed_gemm<T>(!d.ta, false, d.batch, d.k, d.n, d.m, A, d.lda, d.stride_a, dC, d.n, d.stride_c, dB);
+      else
+        batched_gemm<T>(!d.ta, false, d.batch, d.k, d.n, d.m, A, d.lda, d.stride_a, dC, d.n, d.stride_c, dB,
+                        d.stride_b, T(1));
+    } else {
+      if (d.b_shared && !d.ta)
+        summed_gemm<T>(true, false, 1, d.n, d.k, d.batch * d.m, dC, d.n, 0, A, d.lda, 0, dB);
+      else if (d.b_shared)
+        summed_gemm<T>(true, d.ta, d.batch, d.n, d.k, d.m, dC, d.n, d.stride_c, A, d.lda, d.stride_a, dB);
+      else
+        batched_gemm<T>(true, d.ta, d.batch, d.n, d.k, d.m, dC, d.n, d.stride_c, A, d.lda, d.stride_a, dB,
+                        d.stride_b, T(1));
+    }
+  }
+}
+
+template struct matmul_kernel<float>;
+template struct matmul_kernel<double>;
+
+}  // namespace loom::ops

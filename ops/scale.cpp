@@ -1,0 +1,31 @@
+// scale kernels: y = c · x;  dx += c · dy.
+#include "kernels.hpp"
+#include "parallel.hpp"
+
+namespace loom::ops {
+
+template <class T>
+void scale_kernel<T>::forward(const op_args<T>& a) {
+  const T c = static_cast<T>(a.node->fattr[0]);
+  const T* x = a.input(0);
+  T* y = a.out;
+  for_chunks(a.out_dims.size(), 1 << 14, [&](std::int64_t b, std::int64_t e) {
+    for (std::int64_t i = b; i < e; ++i) y[i] = c * x[i];
+  });
+}
+
+template <class T>
+void scale_kernel<T>::backward(const op_args<T>& a) {
+  T* dx = a.grad(0);
+  if (!dx) return;
+  const T c = static_cast<T>(a.node->fattr[0]);
+  const T* dy = a.dout;
+  for_chunks(a.out_dims.size(), 1 << 14, [&](std::int64_t b, std::int64_t e) {
+    for (std::int64_t i = b; i < e; ++i) dx[i] += c * dy[i];
+  });
+}
+
+template struct scale_kernel<float>;
+template struct scale_kernel<double>;
+
+}  // namespace loom::ops
