@@ -105,8 +105,8 @@ struct make_dim<C, type_list<S...>> {
     std::array<std::string_view, n> names{S::name.view()...};
     std::array<std::size_t, n> idx{};
     for (std::size_t i = 0; i < n; ++i) idx[i] = i;
-    std::stable_sort(idx.begin(), idx.end(),
-                     [&](std::size_t a, std::size_t b) { return names[a] < names[b]; });
+    for (std::size_t i = 1; i < n; ++i)  // insertion sort: stable, and constexpr
+      for (std::size_t j = i; j > 0 && names[idx[j]] < names[idx[j - 1]]; --j) std::swap(idx[j], idx[j - 1]);
     return idx;
   }();
   template <std::size_t... I>

@@ -1,0 +1,24 @@
+// nn::linear: y = x Wᵀ + b, PyTorch nn.Linear's layout (W stored [out, in]).
+#pragma once
+
+#include "loom/core/node.hpp"
+#include "loom/ops/add.hpp"
+#include "loom/ops/matmul.hpp"
+
+namespace loom::nn {
+
+/// y = x · Wᵀ + b over the last axis: x [.., In] -> y [.., Out]. Parameters `Prefix.weight`
+/// [Out, In] and `Prefix.bias` [Out], initialised like nn.Linear.
+template <fixed_string Prefix, long Out, bool Bias = true, class X>
+constexpr auto linear(X x) {
+  constexpr long in = dim_at<typename X::shape, -1>::value;
+  auto w = param<Prefix + ".weight", shape<fix<Out>, fix<in>>, init<init_kind::linear_weight>>();
+  if constexpr (Bias) {
+    auto b = param<Prefix + ".bias", shape<fix<Out>>, init<init_kind::linear_bias, in>>();
+    return add(matmul<false, true>(x, w), b);
+  } else {
+    return matmul<false, true>(x, w);
+  }
+}
+
+}  // namespace loom::nn

@@ -1,0 +1,152 @@
+// The executor: scheduling, gradient fan-in, buffer reuse, thread-count independence.
+#include <catch2/catch.hpp>
+
+#include <cstring>
+
+#include "loom/loom.hpp"
+#include "loom/nn/attention.hpp"
+#include "test_support.hpp"
+
+using namespace loom;
+
+TEST_CASE("a value used three times receives the sum of three gradients") {
+  // y = Σ (2x + 3x + x·1): dy/dx = 6 everywhere
+  auto x = input<"x", shape<dyn<"T">, fix<3>>>();
+  auto y = sum(add(add(scale<2.0>(x), scale<3.0>(x)), x));
+  auto g = make_graph(y);
+  param_store<double> p;
+  auto run = g.executor<double>(p, {.input_grads = true});
+  auto xs = test::random_tensor<double>({4, 3}, 1);
+  run.forward({{"x", xs}});
+  run.backward();
+  auto dx = run.input_grad("x");
+  for (std::int64_t i = 0; i < dx.size(); ++i) CHECK(dx[i] == 6.0);
+}
+
+TEST_CASE("backward with a cotangent computes a vector-Jacobian product") {
+  // y = 2.5 x: with cotangent w, dx = 2.5 w
+  auto x = input<"x", shape<fix<2>, fix<2>>>();
+  auto g = make_graph(scale<2.5>(x));
+  param_store<double> p;
+  auto run = g.executor<double>(p, {.input_grads = true});
+  tensor<double> xs({2, 2}, {1, 2, 3, 4});
+  run.forward({{"x", xs}});
+  std::vector<tensor<double>> w{tensor<double>({2, 2}, {1, -1, 0.5, 2})};
+  run.backward(w);
+  auto dx = run.input_grad("x");
+  CHECK(dx[0] == 2.5);
+  CHECK(dx[1] == -2.5);
+  CHECK(dx[2] == 1.25);
+  CHECK(dx[3] == 5.0);
+}
+
+TEST_CASE("backward() from a non-scalar output asks for a loss or cotangents") {
+  auto x = input<"x", shape<fix<2>>>();
+  auto g = make_graph(scale<2.0>(x));
+  param_store<double> p;
+  auto run = g.executor<double>(p);
+  tensor<double> xs({2}, {1, 2});
+  CHECK_THROWS_AS(run.backward(), error);  // before forward
+  run.forward({{"x", xs}});
+  CHECK_THROWS_AS(run.backward(), shape_error);
+}
+
+TEST_CASE("buffers are allocated once and reused while the bound dims fit") {
+  auto x = input<"x", shape<dyn<"T">, fix<8>>>();
+  auto g = make_graph(softmax(scale<2.0>(x)));
+  param_store<float> p;
+  auto run = g.executor<float>(p);
+  tensor<float> big({16, 8}), small({3, 8});
+  run.forward({{"x", big}});
+  const auto bytes = run.arena_bytes();
+  const float* out_before = run.output().data;
+  run.forward({{"x", small}});
+  CHECK(run.arena_bytes() == bytes);
+  CHECK(run.output().data == out_before);
+  CHECK(run.output().dims[0] == 3);
+  tensor<float> bigger({32, 8});
+  run.forward({{"x", bigger}});
+  CHECK(run.arena_bytes() > bytes);
+}
+
+namespace {
+// Multi-head attention with a loss, run forward and backward with the given thread count;
+// returns the loss and every parameter gradient, concatenated.
+std::vector<float> mha_run(int threads) {
+  auto x = input<"x", shape<dyn<"B">, dyn<"T">, fix<32>>>();
+  auto len = input<"len", shape<dyn<"B">>, int>();
+  auto y = nn::self_attention<"attn", 4>(x, nn::causal, nn::padding(len));
+  auto g = make_graph(sum(y));
+  auto p = g.make_params<float>(7);
+  auto run = g.executor<float>(p, {.threads = threads});
+  auto xs = test::random_tensor<float>({3, 40, 32}, 3);
+  tensor<std::int32_t> lens({3}, {40, 17, 33});
+  run.forward({{"x", xs}, {"len", lens}});
+  run.backward();
+  std::vector<float> all{run.output()[0]};
+  for (auto& [name, e] : p) all.insert(all.end(), e.grad.values().begin(), e.grad.values().end());
+  return all;
+}
+}  // namespace
+
+TEST_CASE("results are bit-identical for 1, 2 and 4 threads") {
+  auto one = mha_run(1);
+  auto two = mha_run(2);
+  auto four = mha_run(4);
+  REQUIRE(one.size() == two.size());
+  REQUIRE(one.size() == four.size());
+  CHECK(std::memcmp(one.data(), two.data(), one.size() * sizeof(float)) == 0);
+  CHECK(std::memcmp(one.data(), four.data(), one.size() * sizeof(float)) == 0);
+}
+
+TEST_CASE("repeated runs give identical results and gradients are overwritten, not accumulated") {
+  auto a = mha_run(2);
+  auto b = mha_run(2);
+  CHECK(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
+
+  auto x = input<"x", shape<fix<2>>>();
+  auto w = param<"w", shape<fix<2>>>();
+  auto g = make_graph(sum(add(x, w)));
+  param_store<double> p;
+  p.set("w", tensor<double>({2}, {0, 0}));
+  auto run = g.executor<double>(p);
+  tensor<double> xs({2}, {1, 2});
+  run.forward({{"x", xs}});
+  run.backward();
+  run.forward({{"x", xs}});
+  run.backward();
+  CHECK(p.grad("w")[0] == 1.0);
+}
+
+TEST_CASE("value() reads any node of the graph and rejects nodes of other graphs") {
+  auto x = input<"x", shape<fix<2>>>();
+  auto s = scale<3.0>(x);
+  auto g = make_graph(sum(s));
+  param_store<double> p;
+  auto run = g.executor<double>(p);
+  tensor<double> xs({2}, {1, 2});
+  run.forward({{"x", xs}});
+  CHECK(run.value(s)[1] == 6.0);
+  CHECK(run.output()[0] == 9.0);
+  CHECK_THROWS_AS(run.value(scale<4.0>(x)), error);
+}
+
+TEST_CASE("the plan lists nodes in topological order with their consumers") {
+  auto x = input<"x", shape<fix<2>>>();
+  auto a = scale<2.0>(x);
+  auto g = make_graph(add(a, scale<3.0>(a)));
+  auto plan = g.plan();
+  REQUIRE(plan.size() == 4);
+  for (int i = 0; i < plan.size(); ++i)
+    for (int j : plan.inputs(i)) CHECK(j < i);
+  // a (index 1) feeds scale<3> and add
+  CHECK(plan.consumers(1).size() == 2);
+}
+
+TEST_CASE("the graph can be written as Graphviz DOT") {
+  auto x = input<"x", shape<dyn<"T">, fix<2>>>();
+  auto g = make_graph(softmax(x));
+  auto dot = g.dot();
+  CHECK_THAT(dot, Catch::StartsWith("digraph loom {") && Catch::Contains("input x\\n[T, 2]") &&
+                      Catch::Contains("softmax") && Catch::Contains("n0 -> n1"));
+}

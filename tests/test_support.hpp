@@ -1,0 +1,54 @@
+// Helpers shared by the tests.
+#pragma once
+
+#include <cstdint>
+#include <initializer_list>
+
+#include "loom/loom.hpp"
+
+namespace test {
+
+/// A tensor of seeded uniform(-1, 1) values (or [lo, hi)).
+template <class T>
+loom::tensor<T> random_tensor(loom::dims_t dims, std::uint64_t seed, double lo = -1, double hi = 1) {
+  loom::rng gen(seed);
+  loom::tensor<T> t(dims);
+  for (std::int64_t i = 0; i < t.size(); ++i) t[i] = static_cast<T>(gen.uniform(lo, hi));
+  return t;
+}
+
+/// Fills every parameter of the store with seeded uniform(-1, 1) values.
+template <class T>
+void randomize(loom::param_store<T>& store, std::uint64_t seed) {
+  loom::rng gen(seed);
+  for (auto& [name, e] : store)
+    for (auto& v : e.value.values()) v = static_cast<T>(gen.uniform(-1, 1));
+}
+
+}  // namespace test
+
+#include <catch2/catch.hpp>
+
+namespace test {
+
+/// Runs gradcheck (double, PyTorch's tolerances) and requires it to pass, printing the worst
+/// element otherwise.
+template <class Graph>
+void require_gradcheck(const Graph& g, loom::param_store<double>& params, std::initializer_list<loom::feed> feeds,
+                       loom::gradcheck_options options = {}) {
+  auto r = loom::gradcheck(g, params, feeds, options);
+  INFO(r.str());
+  REQUIRE(r.checked > 0);
+  REQUIRE(r.ok);
+}
+
+/// Naive reference matmul of row-major [m, k] x [k, n].
+inline std::vector<double> naive_matmul(const double* a, const double* b, int m, int k, int n) {
+  std::vector<double> c(static_cast<std::size_t>(m * n), 0.0);
+  for (int i = 0; i < m; ++i)
+    for (int j = 0; j < n; ++j)
+      for (int l = 0; l < k; ++l) c[static_cast<std::size_t>(i * n + j)] += a[i * k + l] * b[l * n + j];
+  return c;
+}
+
+}  // namespace test
