@@ -111,6 +111,9 @@ struct executor<T>::impl {
   std::vector<std::vector<const void*>> in_ptr;
   std::vector<std::vector<dims_t>> in_dims;
   std::vector<std::vector<T*>> din;
+  std::vector<std::vector<std::int64_t>> in_stride;
+  std::vector<std::int64_t> fed_stride;      // per input node: matrix stride of its feed (0: contiguous)
+  std::vector<std::uint8_t> materialize;     // per input node: copy the strided feed into the arena
 
   // the arena: every value and gradient buffer of computed nodes (and of inputs when asked)
   std::vector<std::int64_t> cap_val, cap_grad, off_val, off_grad;
@@ -118,6 +121,7 @@ struct executor<T>::impl {
   std::int64_t mem_elems = 0;
 
   impl(plan_view p, param_store<T>& ps, exec_options o) : plan(p), params(&ps), opts(o) {
+    if (opts.inference) opts.training = false;
     n = plan.size();
     make_arena();
     leaf.resize(n);
@@ -126,7 +130,7 @@ struct executor<T>::impl {
       const node_desc* d = plan.order[i];
       index.emplace(d, i);
       leaf[i] = is_leaf(d);
-      needs_grad[i] = plan.from_param[i] || (opts.input_grads && plan.from_input[i]);
+      needs_grad[i] = !opts.inference && (plan.from_param[i] || (opts.input_grads && plan.from_input[i]));
     }
     build_schedules();
   }
@@ -281,7 +285,25 @@ struct executor<T>::impl {
       a.dattr = na[i];
       k.check(a);
     }
-    // 5. commit: nothing above changed any state
+    // 5. strided feeds: read in place by ops that can, copied for the others
+    std::vector<std::int64_t> stride(n, 0);
+    std::vector<std::uint8_t> copy(n, 0);
+    for (int i = 0; i < n; ++i) {
+      if (!fed[i] || fed[i]->mat_stride() == 0) continue;
+      const dims_t& d = nd[i];
+      if (fed[i]->mat_stride() == d[-2] * d[-1]) continue;  // back to back after all
+      stride[i] = fed[i]->mat_stride();
+      for (int c : plan.consumers(i)) {
+        const auto& k = ops::kernel<T>(plan.order[c]->kind);
+        auto ins = plan.inputs(c);
+        for (std::size_t pos = 0; pos < ins.size(); ++pos)
+          if (ins[pos] == i && !(k.reads_strided && k.reads_strided(plan.order[c], static_cast<int>(pos))))
+            copy[i] = 1;
+      }
+    }
+    // 6. commit: nothing above changed any state
+    fed_stride = std::move(stride);
+    materialize = std::move(copy);
     sym = std::move(s);
     dims = std::move(nd);
     dattr = std::move(na);
@@ -297,6 +319,7 @@ struct executor<T>::impl {
       } else if (d->kind == op_kind::input) {
         for (const feed& f : feeds)
           if (f.name() == d->name) val[i] = f.data();
+        if (materialize[i]) val[i] = mem.get() + off_val[i];  // filled at the start of forward()
         if (needs_grad[i]) grad[i] = mem.get() + off_grad[i];
       } else {
         val[i] = mem.get() + off_val[i];
@@ -306,11 +329,15 @@ struct executor<T>::impl {
     in_ptr.assign(n, {});
     in_dims.assign(n, {});
     din.assign(n, {});
+    in_stride.assign(n, {});
     for (int i = 0; i < n; ++i)
       for (int j : plan.inputs(i)) {
         in_ptr[i].push_back(val[j]);
         in_dims[i].push_back(dims[j]);
         din[i].push_back(needs_grad[j] ? grad[j] : nullptr);
+        const dims_t& d = dims[j];
+        std::int64_t contiguous = d.rank >= 2 ? d[-2] * d[-1] : d.size();
+        in_stride[i].push_back(fed_stride[j] && !materialize[j] ? fed_stride[j] : contiguous);
       }
     bound = true;
   }
@@ -328,7 +355,7 @@ struct executor<T>::impl {
     std::vector<std::int64_t> want_val(n, 0), want_grad(n, 0);
     for (int i = 0; i < n; ++i) {
       bool input = plan.order[i]->kind == op_kind::input;
-      if (!leaf[i]) want_val[i] = aligned(dims[i].size());
+      if (!leaf[i] || materialize[i]) want_val[i] = aligned(dims[i].size());
       if ((!leaf[i] || input) && needs_grad[i]) want_grad[i] = aligned(dims[i].size());
     }
     if (!grow)
@@ -358,6 +385,7 @@ struct executor<T>::impl {
     a.node = plan.order[i];
     a.in = in_ptr[i];
     a.in_dims = in_dims[i];
+    a.in_mat_stride = in_stride[i];
     a.out = const_cast<T*>(static_cast<const T*>(val[i]));
     a.out_dims = dims[i];
     a.dattr = dattr[i];
@@ -367,7 +395,24 @@ struct executor<T>::impl {
     return a;
   }
 
+  // Copies strided feeds that some consumer cannot read in place into their arena buffer.
+  void copy_strided_feeds() {
+    for (int i = 0; i < n; ++i) {
+      if (!materialize[i]) continue;
+      const feed* f = nullptr;
+      for (const feed& g : feeds)
+        if (g.name() == plan.order[i]->name) f = &g;
+      const dims_t& d = dims[i];
+      const std::int64_t mat = d[-2] * d[-1], count = mat ? d.size() / mat : 0;
+      const T* src = static_cast<const T*>(f->data());
+      T* dst = const_cast<T*>(static_cast<const T*>(val[i]));
+      for (std::int64_t m = 0; m < count; ++m)
+        std::memcpy(dst + m * mat, src + m * fed_stride[i], static_cast<std::size_t>(mat) * sizeof(T));
+    }
+  }
+
   void forward() {
+    copy_strided_feeds();
     auto compute = [this](int i) { ops::kernel<T>(plan.order[i]->kind).forward(args(i)); };
     run_dag(*arena, fwd, compute);
     forwarded = true;
@@ -375,6 +420,7 @@ struct executor<T>::impl {
   }
 
   void backward(std::span<const tensor<T>> cot) {
+    if (opts.inference) throw error("backward: this executor was made for inference (exec_options::inference)");
     if (!forwarded) throw error("backward: call forward() first");
     auto roots = plan.roots;
     if (cot.size() != roots.size())
@@ -421,6 +467,7 @@ void executor<T>::forward(std::span<const feed> feeds) {
 
 template <class T>
 void executor<T>::backward() {
+  if (p_->opts.inference) throw error("backward: this executor was made for inference (exec_options::inference)");
   if (!p_->forwarded) throw error("backward: call forward() first");
   const auto& roots = p_->plan.roots;
   std::vector<tensor<T>> cot;

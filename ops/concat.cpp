@@ -11,18 +11,28 @@
 namespace loom::ops {
 
 template <class T>
+bool concat_kernel<T>::reads_strided(const node_desc* node, int) {
+  return node->rank >= 2 && node->iattr[0] >= node->rank - 2;
+}
+
+template <class T>
 void concat_kernel<T>::forward(const op_args<T>& a) {
   const int axis = static_cast<int>(a.attr(0));
   const dims_t& od = a.out_dims;
   const std::int64_t outer = od.prod(0, axis), inner = od.prod(axis + 1, od.rank);
   const std::int64_t out_chunk = od.d[axis] * inner;
+  // outer units per matrix: 1 when joining along rows, the row count when along columns
+  const std::int64_t per_mat = od.rank >= 2 && axis == od.rank - 1 ? od[-2] : 1;
   std::int64_t offset = 0;
   for (std::size_t i = 0; i < a.in.size(); ++i) {
     const T* x = a.input(static_cast<int>(i));
     const std::int64_t chunk = a.in_dims[i].d[axis] * inner;
+    const bool by_matrix = od.rank >= 2 && axis >= od.rank - 2;
+    const std::int64_t mat_stride = by_matrix ? a.mat_stride(static_cast<int>(i)) : per_mat * chunk;
     for_chunks(outer, grain_for(chunk), [&](std::int64_t o0, std::int64_t o1) {
       for (std::int64_t o = o0; o < o1; ++o)
-        std::memcpy(a.out + o * out_chunk + offset, x + o * chunk, static_cast<std::size_t>(chunk) * sizeof(T));
+        std::memcpy(a.out + o * out_chunk + offset, x + (o / per_mat) * mat_stride + (o % per_mat) * chunk,
+                    static_cast<std::size_t>(chunk) * sizeof(T));
     });
     offset += chunk;
   }

@@ -20,6 +20,9 @@ struct op_args {
   const node_desc* node = nullptr;
   std::span<const void* const> in;  // input values; real-valued ones point to T
   std::span<const dims_t> in_dims;
+  // elements between consecutive matrices (last two axes) of each input; equal to
+  // rows · cols for contiguous inputs. Only ops whose reads_strided() says so see others.
+  std::span<const std::int64_t> in_mat_stride;
   T* out = nullptr;  // the node's value (written by forward, read-only in backward)
   dims_t out_dims;
   std::array<std::int64_t, 2> dattr{};  // the node's dim attributes, bound
@@ -32,6 +35,14 @@ struct op_args {
     return static_cast<const U*>(in[static_cast<std::size_t>(i)]);
   }
   T* grad(int i) const { return din[static_cast<std::size_t>(i)]; }
+  /// Elements between consecutive matrices of input i (rows · cols when contiguous).
+  std::int64_t mat_stride(int i) const {
+    if (in_mat_stride.empty()) {
+      const dims_t& d = in_dims[static_cast<std::size_t>(i)];
+      return d.rank >= 2 ? d[-2] * d[-1] : d.size();
+    }
+    return in_mat_stride[static_cast<std::size_t>(i)];
+  }
   long attr(int i) const { return node->iattr[static_cast<std::size_t>(i)]; }
 };
 
@@ -42,6 +53,9 @@ struct op_entry {
   void (*backward)(const op_args<T>&) = nullptr;
   /// Run-time checks beyond what the types can see (called when binding; throws shape_error).
   void (*check)(const op_args<T>&) = nullptr;
+  /// Whether forward() reads input i in place when its matrices are not back to back
+  /// (see op_args::in_mat_stride); otherwise the executor hands it a contiguous copy.
+  bool (*reads_strided)(const node_desc*, int input) = nullptr;
 };
 
 /// The kernel table, indexed by op_kind.

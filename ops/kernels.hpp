@@ -26,7 +26,12 @@ LOOM_KERNEL(mask_causal)
 LOOM_KERNEL(mask_padding)
 LOOM_KERNEL(mask_bool)
 LOOM_KERNEL(softmax)
-LOOM_KERNEL(concat)
+template <class T>
+struct concat_kernel {
+  static void forward(const op_args<T>& a);
+  static void backward(const op_args<T>& a);
+  static bool reads_strided(const node_desc* node, int input);  // along the last two axes
+};
 LOOM_CHECKED_KERNEL(slice)
 LOOM_KERNEL(reshape)
 LOOM_KERNEL(transpose)

@@ -1,6 +1,7 @@
 // mask kernels: masked scores become −∞; backward passes dy where the score was kept.
 //   causal:  scores [.., T, S], key j masked for query i when j > i + (S − T)
 //   padding: scores [B, .., T, S], key j masked in sequence b when j ≥ valid_len[b]
+//            (left padding: when j < first[b])
 //   bool:    masked where the broadcast boolean mask is 0
 #include <limits>
 #include <string>
@@ -51,11 +52,14 @@ void padding(const op_args<T>& a, bool backward) {
   const std::int64_t b = a.out_dims[0], s = a.out_dims[-1];
   const std::int64_t rows_per_seq = b ? a.out_dims.size() / (b * s) : 0;
   const std::int32_t* len = a.template input<std::int32_t>(1);
+  const bool left = a.attr(0) != 0;
   for (std::int64_t i = 0; i < b; ++i)
     if (len[i] < 0 || len[i] > s)
-      throw value_error("mask_padding: valid_len[" + std::to_string(i) + "] = " + std::to_string(len[i]) +
-                        " is outside [0, " + std::to_string(s) + "] (the number of keys)");
-  apply(a, backward, [&](std::int64_t r, std::int64_t j) { return j < len[r / rows_per_seq]; });
+      throw value_error(std::string(left ? "mask_left_padding: first[" : "mask_padding: valid_len[") +
+                        std::to_string(i) + "] = " + std::to_string(len[i]) + " is outside [0, " + std::to_string(s) +
+                        "] (the number of keys)");
+  if (left) apply(a, backward, [&](std::int64_t r, std::int64_t j) { return j >= len[r / rows_per_seq]; });
+  else apply(a, backward, [&](std::int64_t r, std::int64_t j) { return j < len[r / rows_per_seq]; });
 }
 
 template <class T>

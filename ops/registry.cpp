@@ -25,6 +25,7 @@ struct table {
     e.forward = &K<T>::forward;
     e.backward = &K<T>::backward;
     if constexpr (requires(const op_args<T>& a) { K<T>::check(a); }) e.check = &K<T>::check;
+    if constexpr (requires(const node_desc* d) { K<T>::reads_strided(d, 0); }) e.reads_strided = &K<T>::reads_strided;
   }
 
   table() {

@@ -21,6 +21,7 @@ struct exec_options {
   int threads = 0;           // worker threads; 0 means all cores
   bool input_grads = false;  // also compute gradients of real-valued inputs (input_grad())
   bool training = true;      // dropout is active only in training
+  bool inference = false;    // forward only: no gradient buffers, no dropout; backward() throws
 };
 
 /// Runs one graph in scalar type T (float or double). Buffers are allocated on the first

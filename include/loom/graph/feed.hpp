@@ -50,7 +50,24 @@ class feed {
   feed(std::string name, tensor_view<const U> v)
       : name_(std::move(name)), type_(storage_of<std::remove_const_t<U>>()), data_(v.data), dims_(v.dims) {}
 
+  /// A borrowed view whose matrices (the last two axes, rows contiguous) lie `mat_stride`
+  /// elements apart instead of back to back: the first P rows of each [capacity, D] block
+  /// of a KV cache, say. Ops that can read such a view do so in place; for others the
+  /// executor copies it first.
+  template <class U>
+  static feed strided(std::string name, const U* data, dims_t dims, std::int64_t mat_stride) {
+    feed f(std::move(name), tensor_view<const U>{data, dims});
+    if (dims.rank < 2) throw shape_error("feed::strided: needs at least two axes");
+    if (mat_stride < dims[-2] * dims[-1])
+      throw shape_error("feed::strided: matrices of " + std::to_string(dims[-2] * dims[-1]) +
+                        " elements cannot lie " + std::to_string(mat_stride) + " apart");
+    f.mat_stride_ = mat_stride;
+    return f;
+  }
+
   const std::string& name() const { return name_; }
+  /// Elements between consecutive matrices (last two axes); 0 when contiguous.
+  std::int64_t mat_stride() const { return mat_stride_; }
   storage type() const { return type_; }
   const void* data() const { return data_; }
   const dims_t& dims() const { return dims_; }
@@ -60,6 +77,7 @@ class feed {
   storage type_;
   const void* data_ = nullptr;
   dims_t dims_;
+  std::int64_t mat_stride_ = 0;
   std::shared_ptr<const void> keep_;
 };
 

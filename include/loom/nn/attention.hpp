@@ -35,6 +35,14 @@ constexpr padding_t<Len> padding(Len) {
   return {};
 }
 
+/// Left-padding mask: keys j < first[b] are hidden (prompts aligned right); first: int [B].
+template <class First>
+struct left_padding_t {};
+template <class First>
+constexpr left_padding_t<First> left_padding(First) {
+  return {};
+}
+
 /// Explicit boolean mask (True may attend), broadcast onto the scores [.., T, S].
 template <class Mask>
 struct allowed_t {};
@@ -51,6 +59,10 @@ constexpr auto apply_mask(S s, causal_t) {
 template <class S, class L>
 constexpr auto apply_mask(S s, padding_t<L>) {
   return mask_padding(s, L{});
+}
+template <class S, class F>
+constexpr auto apply_mask(S s, left_padding_t<F>) {
+  return mask_left_padding(s, F{});
 }
 template <class S, class M>
 constexpr auto apply_mask(S s, allowed_t<M>) {

@@ -7,6 +7,8 @@
 //                                   causal mask offset by the cache length; in training S = T.
 //   mask_padding(scores, valid_len): scores [B, .., T, S], valid_len [B] (int): key j is masked
 //                                   in sequence b when j ≥ valid_len[b] (d2l's valid_lens).
+//   mask_left_padding(scores, first): key j is masked in sequence b when j < first[b]
+//                                   (prompts aligned to the right, as in batched decoding).
 //   mask_bool(scores, allowed):     allowed [.., T, S] (bool), broadcast over leading dims and
 //                                   over axes of size 1: masked where allowed is false
 //                                   (PyTorch's boolean attn_mask: True may attend).
@@ -31,8 +33,10 @@ struct mask_causal_op {
 template <class LenDim, class BatchDim>
 inline constexpr bool padding_batch_matches = std::is_same_v<LenDim, BatchDim>;
 
+template <bool Left>
 struct mask_padding_op {
   static constexpr op_kind kind = op_kind::mask_padding;
+  static constexpr void describe(node_desc& d) { d.iattr[0] = Left; }
   template <class S, class L>
   struct rule {
     static_assert(S::rank >= 2, "mask_padding: scores need at least two axes [B, .., T, S]");
@@ -81,8 +85,15 @@ constexpr node<mask_causal_op, X> mask_causal(X) {
 
 /// Masks keys j ≥ valid_len[b] in scores [B, .., T, S]; valid_len is an int input [B].
 template <class X, class L>
-constexpr node<mask_padding_op, X, L> mask_padding(X, L) {
+constexpr node<mask_padding_op<false>, X, L> mask_padding(X, L) {
   static_assert(desc_of<resolve_t<L>>.elem == dtype::i32, "mask_padding: valid_len must be an int input");
+  return {};
+}
+
+/// Masks keys j < first[b] in scores [B, .., T, S]; first is an int input [B].
+template <class X, class L>
+constexpr node<mask_padding_op<true>, X, L> mask_left_padding(X, L) {
+  static_assert(desc_of<resolve_t<L>>.elem == dtype::i32, "mask_left_padding: first must be an int input");
   return {};
 }
 
