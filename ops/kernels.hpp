@@ -37,6 +37,14 @@ LOOM_KERNEL(reshape)
 LOOM_KERNEL(transpose)
 LOOM_KERNEL(add)
 LOOM_KERNEL(sum)
+LOOM_KERNEL(mul)
+LOOM_KERNEL(embedding)
+LOOM_KERNEL(positional_encoding)
+LOOM_KERNEL(layer_norm)
+LOOM_KERNEL(relu)
+LOOM_KERNEL(gelu)
+LOOM_KERNEL(dropout)
+LOOM_KERNEL(cross_entropy)
 
 #undef LOOM_KERNEL
 #undef LOOM_CHECKED_KERNEL

@@ -46,6 +46,14 @@ struct table {
     add<transpose_kernel>(op_kind::transpose);
     add<add_kernel>(op_kind::add);
     add<sum_kernel>(op_kind::sum);
+    add<mul_kernel>(op_kind::mul);
+    add<embedding_kernel>(op_kind::embedding);
+    add<positional_encoding_kernel>(op_kind::positional_encoding);
+    add<layer_norm_kernel>(op_kind::layer_norm);
+    add<relu_kernel>(op_kind::relu);
+    add<gelu_kernel>(op_kind::gelu);
+    add<dropout_kernel>(op_kind::dropout);
+    add<cross_entropy_kernel>(op_kind::cross_entropy);
   }
 };
 

@@ -1,0 +1,46 @@
+// layer_norm: normalises each row over the last axis, then scales and shifts (PyTorch's
+// nn.LayerNorm / F.layer_norm with the biased variance).
+//
+//   x [.., D], gamma [D], beta [D] -> y [.., D]; per row:
+//     μ = Σ x / D,  σ² = Σ (x − μ)² / D,  r = 1 / √(σ² + ε),  x̂ = (x − μ) · r
+//     y = x̂ ⊙ gamma + beta
+//   backward, with g = dy ⊙ gamma:
+//     dx     = r · (g − mean(g) − x̂ · mean(g ⊙ x̂))      (means over the row)
+//     dgamma = Σ_rows dy ⊙ x̂,   dbeta = Σ_rows dy       (rows summed in order)
+#pragma once
+
+#include "loom/core/node.hpp"
+
+namespace loom {
+
+/// True when gamma or beta is a vector [D] matching x's last axis.
+template <class X, class P>
+inline constexpr bool norm_param_fits = [] {
+  if constexpr (X::rank < 1 || P::rank != 1)
+    return false;
+  else
+    return std::is_same_v<shape_tail<X, X::rank - 1>, P>;
+}();
+
+template <double Eps>
+struct layer_norm_op {
+  static_assert(Eps > 0, "layer_norm: eps must be positive");
+  static constexpr op_kind kind = op_kind::layer_norm;
+  template <class X, class G, class B>
+  struct rule {
+    static_assert(X::rank >= 1, "layer_norm: x needs at least one axis [.., D]");
+    static_assert(norm_param_fits<X, G>, "layer_norm: gamma must be a vector [D] of x's last dim");
+    static_assert(norm_param_fits<X, B>, "layer_norm: beta must be a vector [D] of x's last dim");
+    using type = X;
+  };
+  static constexpr void describe(node_desc& d) { d.fattr[0] = Eps; }
+};
+
+/// LayerNorm over the last axis of x [.., D] with gamma [D], beta [D] and eps Eps (PyTorch's
+/// default is 1e-5); shape unchanged.
+template <double Eps, class X, class G, class B>
+constexpr node<layer_norm_op<Eps>, X, G, B> layer_norm(X, G, B) {
+  return {};
+}
+
+}  // namespace loom

@@ -1,0 +1,54 @@
+// positional encoding: adds the sinusoidal encoding of each step's position (Vaswani et al.).
+//
+//   PE[pos, 2i]     = sin(pos / 10000^(2i / D))
+//   PE[pos, 2i + 1] = cos(pos / 10000^(2i / D))      (computed in double, then cast)
+//
+//   add_positional_encoding(x, positions): x [.., T, D], positions [.., T] (int, x's leading
+//       dims) -> y = x + PE[positions]. A negative position throws value_error.
+//   add_positional_encoding(x): x [.., T, D] -> y[.., t, :] = x[.., t, :] + PE[t, :]
+//       (positions 0..T−1). iattr[0] is 1 when a positions input is given..
+//   backward: dx = dy; positions get no gradient.
+#pragma once
+
+#include "loom/core/node.hpp"
+
+namespace loom {
+
+/// True when positions [.., T] are the leading dims of x [.., T, D].
+template <class X, class Pos>
+inline constexpr bool positions_fit = [] {
+  if constexpr (X::rank < 1 || Pos::rank != X::rank - 1)
+    return false;
+  else
+    return std::is_same_v<shape_head<X, X::rank - 1>, Pos>;
+}();
+
+template <bool WithPositions>
+struct positional_encoding_op {
+  static constexpr op_kind kind = op_kind::positional_encoding;
+  template <class X, class... Pos>
+  struct rule {
+    static_assert(X::rank >= 2, "add_positional_encoding: x must be [.., T, D]");
+    static_assert(sizeof...(Pos) == (WithPositions ? 1 : 0), "add_positional_encoding: one positions input or none");
+    static_assert((positions_fit<X, Pos> && ...),
+                  "add_positional_encoding: positions must have x's dims without the last [.., T]");
+    using type = X;
+  };
+  static constexpr void describe(node_desc& d) { d.iattr[0] = WithPositions; }
+};
+
+/// x [.., T, D] + PE[positions], positions an int node [.., T]. Throws value_error (at
+/// forward) for a negative position.
+template <class X, class Pos>
+constexpr node<positional_encoding_op<true>, X, Pos> add_positional_encoding(X, Pos) {
+  static_assert(desc_of<resolve_t<Pos>>.elem == dtype::i32, "add_positional_encoding: positions must be an int input");
+  return {};
+}
+
+/// x [.., T, D] + PE[0..T−1] (every sequence starts at position 0).
+template <class X>
+constexpr node<positional_encoding_op<false>, X> add_positional_encoding(X) {
+  return {};
+}
+
+}  // namespace loom

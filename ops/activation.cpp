@@ -1,0 +1,69 @@
+// relu and gelu kernels, elementwise.
+//   relu: y = max(x, 0);                     dx += dy · [x > 0]
+//   gelu: y = x Φ(x) = x/2 (1 + erf(x/√2));  dx += dy · (Φ(x) + x φ(x)),  φ(x) = e^(−x²/2)/√(2π)
+#include <cmath>
+
+#include "kernels.hpp"
+#include "parallel.hpp"
+
+namespace loom::ops {
+namespace {
+
+constexpr std::int64_t elementwise_grain = 1 << 14;
+constexpr double inv_sqrt2 = 0.70710678118654752440;
+constexpr double inv_sqrt_2pi = 0.39894228040143267794;
+
+// Calls f(i) for every element, in parallel chunks.
+template <class F>
+void each(std::int64_t n, F f) {
+  for_chunks(n, elementwise_grain, [&](std::int64_t b, std::int64_t e) {
+    for (std::int64_t i = b; i < e; ++i) f(i);
+  });
+}
+
+}  // namespace
+
+template <class T>
+void relu_kernel<T>::forward(const op_args<T>& a) {
+  const T* x = a.input(0);
+  T* y = a.out;
+  each(a.out_dims.size(), [&](std::int64_t i) { y[i] = x[i] > T(0) ? x[i] : T(0); });
+}
+
+template <class T>
+void relu_kernel<T>::backward(const op_args<T>& a) {
+  T* dx = a.grad(0);
+  if (!dx) return;
+  const T* x = a.input(0);
+  const T* dy = a.dout;
+  each(a.out_dims.size(), [&](std::int64_t i) {
+    if (x[i] > T(0)) dx[i] += dy[i];
+  });
+}
+
+template <class T>
+void gelu_kernel<T>::forward(const op_args<T>& a) {
+  const T* x = a.input(0);
+  T* y = a.out;
+  each(a.out_dims.size(), [&](std::int64_t i) { y[i] = x[i] * T(0.5) * (T(1) + std::erf(x[i] * T(inv_sqrt2))); });
+}
+
+template <class T>
+void gelu_kernel<T>::backward(const op_args<T>& a) {
+  T* dx = a.grad(0);
+  if (!dx) return;
+  const T* x = a.input(0);
+  const T* dy = a.dout;
+  each(a.out_dims.size(), [&](std::int64_t i) {
+    const T cdf = T(0.5) * (T(1) + std::erf(x[i] * T(inv_sqrt2)));
+    const T pdf = T(inv_sqrt_2pi) * std::exp(T(-0.5) * x[i] * x[i]);
+    dx[i] += dy[i] * (cdf + x[i] * pdf);
+  });
+}
+
+template struct relu_kernel<float>;
+template struct relu_kernel<double>;
+template struct gelu_kernel<float>;
+template struct gelu_kernel<double>;
+
+}  // namespace loom::ops

@@ -1,0 +1,109 @@
+// cross_entropy kernels: logits [.., V], target [..] (int) -> loss [] (mean over the rows
+// whose target is not the ignore index; 0 when there are none).
+//   forward:  per row, lse = max + log Σ exp(x − max),
+//             ℓ = (1 − ε) (lse − x_t) + ε (lse − Σ_c x_c / V);  loss = Σ ℓ / N
+//             (rows in parallel, their losses summed in order in double)
+//   backward: dx_c += dloss / N · (softmax(x)_c − (1 − ε) [c = t] − ε / V)
+#include <cmath>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "index_text.hpp"
+#include "kernels.hpp"
+#include "loom/core/errors.hpp"
+#include "parallel.hpp"
+
+namespace loom::ops {
+namespace {
+
+// Throws for a target outside [0, V) that is not the ignore index; returns the number of
+// rows that count.
+std::int64_t counted_rows(const std::int32_t* target, const dims_t& target_dims, std::int64_t classes, long ignore) {
+  std::int64_t count = 0;
+  for (std::int64_t r = 0; r < target_dims.size(); ++r) {
+    if (target[r] == ignore) continue;
+    if (target[r] < 0 || target[r] >= classes)
+      throw value_error("cross_entropy: target " + std::to_string(target[r]) + " at position " +
+                        index_text(r, target_dims) + " is outside the classes [0, " + std::to_string(classes) +
+                        ") and is not the ignore index " + std::to_string(ignore));
+    ++count;
+  }
+  return count;
+}
+
+// max and log Σ exp(x − max) of one row
+template <class T>
+T log_sum_exp(const T* x, std::int64_t v) {
+  T mx = -std::numeric_limits<T>::infinity();
+  for (std::int64_t c = 0; c < v; ++c) mx = x[c] > mx ? x[c] : mx;
+  if (mx == -std::numeric_limits<T>::infinity()) return mx;
+  T total = 0;
+  for (std::int64_t c = 0; c < v; ++c) total += std::exp(x[c] - mx);
+  return mx + std::log(total);
+}
+
+}  // namespace
+
+template <class T>
+void cross_entropy_kernel<T>::forward(const op_args<T>& a) {
+  const std::int64_t v = a.in_dims[0][-1];
+  const std::int64_t rows = a.in_dims[1].size();
+  const long ignore = a.attr(0);
+  const double eps = a.node->fattr[0];
+  const T* x = a.input(0);
+  const std::int32_t* target = a.template input<std::int32_t>(1);
+  const std::int64_t count = counted_rows(target, a.in_dims[1], v, ignore);
+  std::vector<double> loss(static_cast<std::size_t>(rows), 0.0);
+  for_chunks(rows, grain_for(4 * v), [&](std::int64_t r0, std::int64_t r1) {
+    for (std::int64_t r = r0; r < r1; ++r) {
+      if (target[r] == ignore) continue;
+      const T* xr = x + r * v;
+      const double lse = log_sum_exp(xr, v);
+      double row = (1 - eps) * (lse - xr[target[r]]);
+      if (eps != 0) {
+        double mean = 0;
+        for (std::int64_t c = 0; c < v; ++c) mean += xr[c];
+        row += eps * (lse - mean / static_cast<double>(v));
+      }
+      loss[static_cast<std::size_t>(r)] = row;
+    }
+  });
+  double total = 0;
+  for (double l : loss) total += l;
+  a.out[0] = count ? static_cast<T>(total / static_cast<double>(count)) : T(0);
+}
+
+template <class T>
+void cross_entropy_kernel<T>::backward(const op_args<T>& a) {
+  T* dx = a.grad(0);
+  if (!dx) return;
+  const std::int64_t v = a.in_dims[0][-1];
+  const std::int64_t rows = a.in_dims[1].size();
+  const long ignore = a.attr(0);
+  const double eps = a.node->fattr[0];
+  const T* x = a.input(0);
+  const std::int32_t* target = a.template input<std::int32_t>(1);
+  const std::int64_t count = counted_rows(target, a.in_dims[1], v, ignore);
+  if (count == 0) return;
+  const T coef = static_cast<T>(a.dout[0] / static_cast<double>(count));
+  const T uniform = static_cast<T>(eps / static_cast<double>(v));
+  const T on_target = static_cast<T>(1 - eps);
+  for_chunks(rows, grain_for(4 * v), [&](std::int64_t r0, std::int64_t r1) {
+    for (std::int64_t r = r0; r < r1; ++r) {
+      if (target[r] == ignore) continue;
+      const T* xr = x + r * v;
+      T* dxr = dx + r * v;
+      const T lse = log_sum_exp(xr, v);
+      for (std::int64_t c = 0; c < v; ++c) {
+        const T p = std::exp(xr[c] - lse);
+        dxr[c] += coef * (p - uniform - (c == target[r] ? on_target : T(0)));
+      }
+    }
+  });
+}
+
+template struct cross_entropy_kernel<float>;
+template struct cross_entropy_kernel<double>;
+
+}  // namespace loom::ops

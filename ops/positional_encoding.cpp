@@ -1,0 +1,58 @@
+// positional encoding kernels: x [.., T, D] (+ positions [.., T]) -> y = x + PE[pos].
+//   forward:  y[.., t, j] = x[.., t, j] + PE[pos, j],  pos = positions[.., t] or t;
+//             PE[pos, 2i] = sin(pos / 10000^(2i/D)), PE[pos, 2i+1] = cos(...), in double.
+//   backward: dx += dy.
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "index_text.hpp"
+#include "kernels.hpp"
+#include "loom/core/errors.hpp"
+#include "parallel.hpp"
+
+namespace loom::ops {
+
+template <class T>
+void positional_encoding_kernel<T>::forward(const op_args<T>& a) {
+  const std::int64_t d = a.out_dims[-1], t = a.out_dims[-2];
+  const std::int64_t rows = d ? a.out_dims.size() / d : 0;
+  const bool given = a.attr(0) != 0;
+  const std::int32_t* pos = given ? a.template input<std::int32_t>(1) : nullptr;
+  if (given)
+    for (std::int64_t r = 0; r < rows; ++r)
+      if (pos[r] < 0)
+        throw value_error("add_positional_encoding: positions" + index_text(r, a.in_dims[1]) + " = " +
+                          std::to_string(pos[r]) + " is negative (positions count from 0)");
+  // 10000^(2i/D) for column j = 2i or 2i + 1
+  std::vector<double> timescale(static_cast<std::size_t>(d));
+  for (std::int64_t j = 0; j < d; ++j)
+    timescale[static_cast<std::size_t>(j)] = std::pow(10000.0, static_cast<double>(j - j % 2) / static_cast<double>(d));
+  const T* x = a.input(0);
+  T* y = a.out;
+  for_chunks(rows, grain_for(16 * d), [&](std::int64_t r0, std::int64_t r1) {
+    for (std::int64_t r = r0; r < r1; ++r) {
+      const double p = static_cast<double>(given ? pos[r] : r % t);
+      for (std::int64_t j = 0; j < d; ++j) {
+        const double angle = p / timescale[static_cast<std::size_t>(j)];
+        const double pe = j % 2 == 0 ? std::sin(angle) : std::cos(angle);
+        y[r * d + j] = x[r * d + j] + static_cast<T>(pe);
+      }
+    }
+  });
+}
+
+template <class T>
+void positional_encoding_kernel<T>::backward(const op_args<T>& a) {
+  T* dx = a.grad(0);
+  if (!dx) return;
+  const T* dy = a.dout;
+  for_chunks(a.out_dims.size(), 1 << 15, [&](std::int64_t b, std::int64_t e) {
+    for (std::int64_t i = b; i < e; ++i) dx[i] += dy[i];
+  });
+}
+
+template struct positional_encoding_kernel<float>;
+template struct positional_encoding_kernel<double>;
+
+}  // namespace loom::ops
