@@ -517,10 +517,15 @@ int executor<T>::index_of(const node_desc* d) const {
 }
 
 template <class T>
-tensor_view<const T> executor<T>::input_grad(std::string_view name) const {
+int executor<T>::input_index(std::string_view name) const {
   for (int i = 0; i < p_->n; ++i)
-    if (p_->plan.order[i]->kind == op_kind::input && p_->plan.order[i]->name == name) return grad_at(i);
+    if (p_->plan.order[i]->kind == op_kind::input && p_->plan.order[i]->name == name) return i;
   throw missing_error("executor: " + quoted(name) + " is not an input of this graph");
+}
+
+template <class T>
+tensor_view<const T> executor<T>::input_grad(std::string_view name) const {
+  return grad_at(input_index(name));
 }
 
 template <class T>

@@ -1,43 +1,83 @@
+// GEMM through OpenBLAS, one thread per call: TBB owns the parallelism.
+//
+// Why the pthread build and not the serial one: Debian's serial OpenBLAS (0.3.21) is not safe
+// to call from several threads at once — measured here, 64 concurrent sgemm calls from TBB
+// gave wrong results in up to 2% of calls — while the pthread build, limited to one thread,
+// gave bit-exact results in every run at the same speed. A product with one row or one
+// column goes to GEMV, which OpenBLAS runs 4–6× faster than a one-row GEMM (decoding).
 #include "blas.hpp"
 
 #include <cblas.h>
 
 namespace loom::ops {
 namespace {
+
+// Every call runs on the calling thread (set before any call, whatever OPENBLAS_NUM_THREADS says).
+const bool one_thread_per_call = [] {
+  openblas_set_num_threads(1);
+  return true;
+}();
+
 // An empty inner dimension: C = beta · C (BLAS rejects k = 0 with lda = 0).
 template <class T>
 void scale_c(std::int64_t m, std::int64_t n, T beta, T* c, std::int64_t ldc) {
   for (std::int64_t i = 0; i < m; ++i)
     for (std::int64_t j = 0; j < n; ++j) c[i * ldc + j] = beta == T(0) ? T(0) : beta * c[i * ldc + j];
 }
+
+CBLAS_TRANSPOSE tr(bool t) { return t ? CblasTrans : CblasNoTrans; }
+
+void gemv(CBLAS_TRANSPOSE t, int m, int n, float alpha, const float* a, int lda, const float* x, int incx, float beta,
+          float* y, int incy) {
+  cblas_sgemv(CblasRowMajor, t, m, n, alpha, a, lda, x, incx, beta, y, incy);
+}
+void gemv(CBLAS_TRANSPOSE t, int m, int n, double alpha, const double* a, int lda, const double* x, int incx,
+          double beta, double* y, int incy) {
+  cblas_dgemv(CblasRowMajor, t, m, n, alpha, a, lda, x, incx, beta, y, incy);
+}
+void gemm_call(bool ta, bool tb, int m, int n, int k, float alpha, const float* a, int lda, const float* b, int ldb,
+               float beta, float* c, int ldc) {
+  cblas_sgemm(CblasRowMajor, tr(ta), tr(tb), m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+void gemm_call(bool ta, bool tb, int m, int n, int k, double alpha, const double* a, int lda, const double* b, int ldb,
+               double beta, double* c, int ldc) {
+  cblas_dgemm(CblasRowMajor, tr(ta), tr(tb), m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
 }  // namespace
 
-template <>
-void gemm<float>(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k, float alpha,
-                 const float* a, std::int64_t lda, const float* b, std::int64_t ldb, float beta, float* c,
-                 std::int64_t ldc) {
+template <class T>
+void gemm(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k, T alpha, const T* a,
+          std::int64_t lda, const T* b, std::int64_t ldb, T beta, T* c, std::int64_t ldc) {
+  (void)one_thread_per_call;
   if (m == 0 || n == 0) return;
   if (k == 0) {
     scale_c(m, n, beta, c, ldc);
     return;
   }
-  cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans,
-              static_cast<int>(m), static_cast<int>(n), static_cast<int>(k), alpha, a, static_cast<int>(lda), b,
-              static_cast<int>(ldb), beta, c, static_cast<int>(ldc));
+  const int M = static_cast<int>(m), N = static_cast<int>(n), K = static_cast<int>(k);
+  if (m == 1) {
+    // c[1, N] = op(a)[1, K] · op(b)[K, N], i.e. cᵀ = op(b)ᵀ · op(a)ᵀ; op(a) is row 0 of a, or
+    // column 0 of the stored [K, 1] matrix (stride lda) when transposed
+    const int inc_a = trans_a ? static_cast<int>(lda) : 1;
+    if (trans_b) gemv(CblasNoTrans, N, K, alpha, b, static_cast<int>(ldb), a, inc_a, beta, c, 1);  // b is [N, K]
+    else gemv(CblasTrans, K, N, alpha, b, static_cast<int>(ldb), a, inc_a, beta, c, 1);            // b is [K, N]
+    return;
+  }
+  if (n == 1) {
+    // c[M, 1] = op(a)[M, K] · op(b)[K, 1]; op(b) is column 0 of b (stride ldb), or row 0 when transposed
+    const int inc_b = trans_b ? 1 : static_cast<int>(ldb);
+    if (trans_a) gemv(CblasTrans, K, M, alpha, a, static_cast<int>(lda), b, inc_b, beta, c, static_cast<int>(ldc));
+    else gemv(CblasNoTrans, M, K, alpha, a, static_cast<int>(lda), b, inc_b, beta, c, static_cast<int>(ldc));
+    return;
+  }
+  gemm_call(trans_a, trans_b, M, N, K, alpha, a, static_cast<int>(lda), b, static_cast<int>(ldb), beta, c,
+            static_cast<int>(ldc));
 }
 
-template <>
-void gemm<double>(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k, double alpha,
-                  const double* a, std::int64_t lda, const double* b, std::int64_t ldb, double beta, double* c,
-                  std::int64_t ldc) {
-  if (m == 0 || n == 0) return;
-  if (k == 0) {
-    scale_c(m, n, beta, c, ldc);
-    return;
-  }
-  cblas_dgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans,
-              static_cast<int>(m), static_cast<int>(n), static_cast<int>(k), alpha, a, static_cast<int>(lda), b,
-              static_cast<int>(ldb), beta, c, static_cast<int>(ldc));
-}
+template void gemm<float>(bool, bool, std::int64_t, std::int64_t, std::int64_t, float, const float*, std::int64_t,
+                          const float*, std::int64_t, float, float*, std::int64_t);
+template void gemm<double>(bool, bool, std::int64_t, std::int64_t, std::int64_t, double, const double*, std::int64_t,
+                           const double*, std::int64_t, double, double*, std::int64_t);
 
 }  // namespace loom::ops

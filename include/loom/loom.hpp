@@ -12,4 +12,7 @@
 #include "loom/graph/executor.hpp"
 #include "loom/graph/gradcheck.hpp"
 #include "loom/graph/graph.hpp"
+#include "loom/io/checkpoint.hpp"
+#include "loom/io/safetensors.hpp"
 #include "loom/ops.hpp"
+#include "loom/train/optim.hpp"

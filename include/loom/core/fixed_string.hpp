@@ -35,6 +35,11 @@ constexpr fixed_string<A + B - 1> operator+(const fixed_string<A>& a, const char
   return a + fixed_string<B>(b);
 }
 
+template <std::size_t A, std::size_t B>
+constexpr fixed_string<A + B - 1> operator+(const char (&a)[A], const fixed_string<B>& b) {
+  return fixed_string<A>(a) + b;
+}
+
 /// The decimal digits of a non-negative number as a fixed_string (layer indices in names).
 template <int V>
 constexpr auto to_fixed_string() {

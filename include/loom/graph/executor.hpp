@@ -75,6 +75,8 @@ class executor {
   std::size_t arena_bytes() const;
   const plan_view& plan() const;
 
+  /// Index in the plan of the input named `name`; throws missing_error if there is none.
+  int input_index(std::string_view name) const;
   tensor_view<const T> value_at(int node) const;
   tensor_view<const T> grad_at(int node) const;
   int index_of(const node_desc* d) const;

@@ -137,26 +137,46 @@ constexpr auto self_qkv(X x) {
   return split<-1, 3>(qkv);
 }
 
-/// Query from x, keys and values from memory: rows [0, D) and [D, 3D) of the packed weight.
-template <fixed_string Prefix, class X, class Mem>
-constexpr auto cross_qkv(X x, Mem mem) {
+/// Query of cross-attention: rows [0, D) of the packed weight. x [B, T, D] -> [B, T, D].
+template <fixed_string Prefix, class X>
+constexpr auto cross_q(X x) {
   constexpr long d = dim_at<typename X::shape, -1>::value;
-  static_assert(dim_at<typename Mem::shape, -1>::value == d,
-                "cross-attention: memory must have the model dim of the queries");
-  auto w = in_proj_weight<Prefix, d>();
-  auto b = in_proj_bias<Prefix, d>();
-  auto q = add(matmul<false, true>(x, slice<0, fix<0>, fix<d>>(w)), slice<0, fix<0>, fix<d>>(b));  // [B, T, D]
-  auto kv = add(matmul<false, true>(mem, slice<0, fix<d>, fix<2 * d>>(w)),
-                slice<0, fix<d>, fix<2 * d>>(b));  // [B, S, 2D]
-  auto [k, v] = split<-1, 2>(kv);
-  return std::make_tuple(q, k, v);
+  return add(matmul<false, true>(x, slice<0, fix<0>, fix<d>>(in_proj_weight<Prefix, d>())),
+             slice<0, fix<0>, fix<d>>(in_proj_bias<Prefix, d>()));
 }
 
-template <fixed_string Prefix, int H, class Q, class K, class V, class... M>
-constexpr auto heads_attention(Q q, K k, V v, M... masks) {
-  constexpr long d = dim_at<typename Q::shape, -1>::value;
-  auto o = attention(split_heads<H>(q), split_heads<H>(k), split_heads<H>(v), masks...);  // [B, H, T, d_k]
-  return linear<Prefix + ".out_proj", d>(merge_heads(o));
+/// Keys and values of cross-attention, heads split: rows [D, 3D) of the packed weight.
+/// memory [B, S, D] -> ([B, H, S, d_k], [B, H, S, d_k]).
+template <fixed_string Prefix, int H, class Mem>
+constexpr auto cross_kv_heads(Mem mem) {
+  constexpr long d = dim_at<typename Mem::shape, -1>::value;
+  auto kv = add(matmul<false, true>(mem, slice<0, fix<d>, fix<2 * d>>(in_proj_weight<Prefix, d>())),
+                slice<0, fix<d>, fix<2 * d>>(in_proj_bias<Prefix, d>()));  // [B, S, 2D]
+  auto [k, v] = split<-1, 2>(kv);
+  return std::make_tuple(split_heads<H>(k), split_heads<H>(v));
+}
+
+/// Attention over heads already split ([B, H, T, d_k] and [B, H, S, d_k]), merged back and
+/// projected by out_proj: [B, T, D].
+template <fixed_string Prefix, class QH, class KH, class VH, class... M>
+constexpr auto heads_attention(QH qh, KH kh, VH vh, M... masks) {
+  constexpr long d = dim_at<typename QH::shape, 1>::value * dim_at<typename QH::shape, 3>::value;
+  return linear<Prefix + ".out_proj", d>(merge_heads(attention(qh, kh, vh, masks...)));
+}
+
+/// The cached keys or values of a layer, fed at each decoding step: [B, H, P, d_k], where P
+/// (the dim "P") is the number of cached positions.
+template <fixed_string Name, class X, int H>
+constexpr auto cache_input() {
+  using S = typename X::shape;
+  return input<Name, shape<dim_at<S, 0>, fix<H>, dyn<"P">, fix<dim_at<S, 2>::value / H>>>();
+}
+
+/// Projected encoder memory for cached cross-attention: [B, H, S, d_k].
+template <fixed_string Name, class X, int H>
+constexpr auto memory_input() {
+  using S = typename X::shape;
+  return input<Name, shape<dim_at<S, 0>, fix<H>, dyn<"S">, fix<dim_at<S, 2>::value / H>>>();
 }
 
 template <fixed_string Prefix, int H, class... M>
@@ -164,7 +184,20 @@ struct self_attention_fn {
   template <class X>
   constexpr auto operator()(X x) const {
     auto [q, k, v] = self_qkv<Prefix>(x);
-    return heads_attention<Prefix, H>(q, k, v, M{}...);
+    return heads_attention<Prefix>(split_heads<H>(q), split_heads<H>(k), split_heads<H>(v), M{}...);
+  }
+};
+
+/// The same layer when decoding: keys and values are the cached ones followed by the new
+/// ones, K = concat<time>(cache_k, k_new); masks see S = P + T keys (causal is offset by P).
+template <fixed_string Prefix, int H, class... M>
+struct self_attention_cached_fn {
+  template <class X>
+  constexpr auto operator()(X x) const {
+    auto [q, k, v] = self_qkv<Prefix>(x);
+    auto keys = concat<2>(cache_input<Prefix + ".cache_k", X, H>(), split_heads<H>(k));    // [B, H, P + T, d_k]
+    auto values = concat<2>(cache_input<Prefix + ".cache_v", X, H>(), split_heads<H>(v));  // [B, H, P + T, d_k]
+    return heads_attention<Prefix>(split_heads<H>(q), keys, values, M{}...);
   }
 };
 
@@ -172,8 +205,20 @@ template <fixed_string Prefix, int H, class... M>
 struct cross_attention_fn {
   template <class X, class Mem>
   constexpr auto operator()(X x, Mem mem) const {
-    auto [q, k, v] = cross_qkv<Prefix>(x, mem);
-    return heads_attention<Prefix, H>(q, k, v, M{}...);
+    static_assert(dim_at<typename Mem::shape, -1>::value == dim_at<typename X::shape, -1>::value,
+                  "cross-attention: memory must have the model dim of the queries");
+    auto [kh, vh] = cross_kv_heads<Prefix, H>(mem);
+    return heads_attention<Prefix>(split_heads<H>(cross_q<Prefix>(x)), kh, vh, M{}...);
+  }
+};
+
+/// Cross-attention against memory projected once per source (memory_k, memory_v inputs).
+template <fixed_string Prefix, int H, class... M>
+struct cross_attention_cached_fn {
+  template <class X>
+  constexpr auto operator()(X x) const {
+    return heads_attention<Prefix>(split_heads<H>(cross_q<Prefix>(x)), memory_input<Prefix + ".memory_k", X, H>(),
+                                   memory_input<Prefix + ".memory_v", X, H>(), M{}...);
   }
 };
 
@@ -187,6 +232,27 @@ constexpr auto self_attention(X x, M...) {
   else return x;  // the static_assert in heads_fit has said what is wrong
 }
 
+/// Multi-head self-attention over the new positions x [B, T, D] when decoding with a KV
+/// cache: the layer's cached keys and values enter as the inputs `Prefix.cache_k` and
+/// `Prefix.cache_v` [B, H, P, d_k]; keys are concat<time>(cache_k, k_new) and nn::causal is
+/// offset by P. Same parameters and same functions as self_attention: prefill (P = 0, T =
+/// prompt), chunked prefill and one-token decode (T = 1) are all this one graph.
+template <fixed_string Prefix, int H, class X, class... M>
+constexpr auto self_attention_cached(X x, M...) {
+  if constexpr (detail::heads_fit<X, H>()) return block<detail::self_attention_cached_fn<Prefix, H, M...>, X>{};
+  else return x;
+}
+
+/// The updated keys and values [B, H, P + T, d_k] of self_attention_cached<Prefix, H>(x):
+/// the nodes a kv_cache reads after a step.
+template <fixed_string Prefix, int H, class X>
+constexpr auto cached_keys_values(X x) {
+  auto [q, k, v] = detail::self_qkv<Prefix>(x);
+  (void)q;
+  return std::make_tuple(concat<2>(detail::cache_input<Prefix + ".cache_k", X, H>(), detail::split_heads<H>(k)),
+                         concat<2>(detail::cache_input<Prefix + ".cache_v", X, H>(), detail::split_heads<H>(v)));
+}
+
 /// Multi-head cross-attention: queries from x [B, T, D], keys and values from memory
 /// [B, S, D] -> [B, T, D]. Masks apply to the scores [B, H, T, S].
 template <fixed_string Prefix, int H, class X, class Mem, class... M>
@@ -194,6 +260,22 @@ constexpr auto cross_attention(X x, Mem, M...) {
   if constexpr (detail::heads_fit<X, H>() && detail::heads_fit<Mem, H>())
     return block<detail::cross_attention_fn<Prefix, H, M...>, X, Mem>{};
   else return x;
+}
+
+/// Cross-attention when decoding: keys and values of the encoder memory were projected once
+/// per source (see cross_attention_memory) and enter as inputs `Prefix.memory_k` and
+/// `Prefix.memory_v` [B, H, S, d_k].
+template <fixed_string Prefix, int H, class X, class... M>
+constexpr auto cross_attention_cached(X x, M...) {
+  if constexpr (detail::heads_fit<X, H>()) return block<detail::cross_attention_cached_fn<Prefix, H, M...>, X>{};
+  else return x;
+}
+
+/// The projected memory of cross_attention<Prefix, H>: keys and values [B, H, S, d_k] of
+/// memory [B, S, D], computed once per source and fed to cross_attention_cached.
+template <fixed_string Prefix, int H, class Mem>
+constexpr auto cross_attention_memory(Mem mem) {
+  return detail::cross_kv_heads<Prefix, H>(mem);
 }
 
 /// The attention weights [B, H, T, S] inside self_attention<Prefix, H>(x, masks...): the
@@ -208,9 +290,16 @@ constexpr auto self_attention_weights(X x, M... masks) {
 /// The attention weights [B, H, T, S] inside cross_attention<Prefix, H>(x, memory, masks...).
 template <fixed_string Prefix, int H, class X, class Mem, class... M>
 constexpr auto cross_attention_weights(X x, Mem mem, M... masks) {
-  auto [q, k, v] = detail::cross_qkv<Prefix>(x, mem);
-  (void)v;
-  return attention_weights(detail::split_heads<H>(q), detail::split_heads<H>(k), masks...);
+  auto [kh, vh] = detail::cross_kv_heads<Prefix, H>(mem);
+  (void)vh;
+  return attention_weights(detail::split_heads<H>(detail::cross_q<Prefix>(x)), kh, masks...);
+}
+
+/// The attention weights [B, H, T, S] inside cross_attention_cached<Prefix, H>(x, masks...).
+template <fixed_string Prefix, int H, class X, class... M>
+constexpr auto cross_attention_cached_weights(X x, M... masks) {
+  return attention_weights(detail::split_heads<H>(detail::cross_q<Prefix>(x)),
+                           detail::memory_input<Prefix + ".memory_k", X, H>(), masks...);
 }
 
 }  // namespace loom::nn
