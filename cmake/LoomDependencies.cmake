@@ -2,6 +2,7 @@
 # Third-party headers are included as system headers so that their warnings stay theirs.
 find_package(TBB REQUIRED)
 find_package(Boost 1.74 REQUIRED)
+find_package(nlohmann_json 3 REQUIRED)  # safetensors headers (header-only, private to loom)
 set_target_properties(TBB::tbb Boost::headers PROPERTIES SYSTEM TRUE)
 
 # OpenBLAS, its pthread build, which loom limits to one thread per call (ops/blas.cpp) so that
