@@ -53,11 +53,14 @@ void padding(const op_args<T>& a, bool backward) {
   const std::int64_t rows_per_seq = b ? a.out_dims.size() / (b * s) : 0;
   const std::int32_t* len = a.template input<std::int32_t>(1);
   const bool left = a.attr(0) != 0;
+  // a right-padding length beyond S is a mistake; a left-padding start beyond the keys of a
+  // prefill chunk just hides them all
   for (std::int64_t i = 0; i < b; ++i)
-    if (len[i] < 0 || len[i] > s)
-      throw value_error(std::string(left ? "mask_left_padding: first[" : "mask_padding: valid_len[") +
-                        std::to_string(i) + "] = " + std::to_string(len[i]) + " is outside [0, " + std::to_string(s) +
-                        "] (the number of keys)");
+    if (len[i] < 0 || (!left && len[i] > s))
+      throw value_error(left ? "mask_left_padding: first[" + std::to_string(i) + "] = " + std::to_string(len[i]) +
+                                   " is negative"
+                             : "mask_padding: valid_len[" + std::to_string(i) + "] = " + std::to_string(len[i]) +
+                                   " is outside [0, " + std::to_string(s) + "] (the number of keys)");
   if (left) apply(a, backward, [&](std::int64_t r, std::int64_t j) { return j >= len[r / rows_per_seq]; });
   else apply(a, backward, [&](std::int64_t r, std::int64_t j) { return j < len[r / rows_per_seq]; });
 }

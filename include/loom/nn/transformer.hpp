@@ -1,0 +1,265 @@
+// The Transformer as functions that build one graph: encoder and decoder layers (post-norm or
+// pre-norm), stacks of them, a decoder-only language model and an encoder–decoder, each in
+// three modes that share every function:
+//
+//   train_mode   full attention over the sequence; dropout when the config asks for it
+//   eval_mode    the same graph without dropout (evaluation, the reference for decoding)
+//   decode_mode  self-attention keys and values from a kv_cache (self_attention_cached),
+//                cross-attention from memory projected once per source; no dropout
+//
+// Parameter names follow torch.nn.Transformer's state_dict: encoder.layers.{i}.self_attn.
+// in_proj_weight, ..., linear1.weight, norm1.weight, encoder.norm.weight, decoder.layers.{i}.
+// multihead_attn.*, decoder.norm.*; embeddings and the output projection, which
+// nn.Transformer leaves to the user, are src_embed.weight, tgt_embed.weight, generator.*
+// (and embed.weight, lm_head.* for the decoder-only model).
+#pragma once
+
+#include "loom/core/node.hpp"
+#include "loom/nn/attention.hpp"
+#include "loom/nn/layers.hpp"
+#include "loom/ops.hpp"
+#include "loom/ops/positional_encoding.hpp"
+
+namespace loom::nn {
+
+enum class activation { relu, gelu };
+
+/// The sizes and choices of a Transformer (a template argument: everything is fixed at
+/// compile time except batch and sequence lengths).
+struct transformer_config {
+  long d_model = 64;
+  long heads = 4;
+  long ffn = 256;
+  long encoder_layers = 2;
+  long decoder_layers = 2;
+  long src_vocab = 32;
+  long tgt_vocab = 32;
+  double dropout = 0.0;     // 0: no dropout nodes at all
+  bool norm_first = false;  // pre-norm (true) or post-norm (false, nn.Transformer's default)
+  activation act = activation::relu;
+  double eps = 1e-5;        // LayerNorm eps (nn.Transformer: 1e-5)
+};
+
+struct train_mode {};
+struct eval_mode {};
+struct decode_mode {};
+
+/// Stands for "no node" where a layer takes an optional input (no dropout seed, no memory).
+struct none {};
+
+namespace detail {
+
+template <transformer_config C, class Mode>
+inline constexpr bool uses_dropout = C.dropout > 0 && std::is_same_v<Mode, train_mode>;
+
+template <transformer_config C, class Mode, class X, class Seed>
+constexpr auto drop(X x, Seed seed) {
+  if constexpr (uses_dropout<C, Mode>) return dropout<C.dropout>(x, seed);
+  else return x;
+}
+
+template <transformer_config C>
+using act_t = std::conditional_t<C.act == activation::relu, relu_t, gelu_t>;
+
+template <fixed_string P, transformer_config C, class Mode, class X, class Seed>
+constexpr auto ffn(X x, Seed seed) {
+  if constexpr (uses_dropout<C, Mode>) return feed_forward<P, C.ffn, act_t<C>, C.dropout>(x, seed);
+  else return feed_forward<P, C.ffn, act_t<C>>(x);
+}
+
+template <fixed_string P, transformer_config C, class Mode, class X, class... M>
+constexpr auto self_attn(X x, M... masks) {
+  if constexpr (std::is_same_v<Mode, decode_mode>) return self_attention_cached<P, static_cast<int>(C.heads)>(x, masks...);
+  else return self_attention<P, static_cast<int>(C.heads)>(x, masks...);
+}
+
+template <fixed_string P, transformer_config C, class Mode, class X, class Mem, class... M>
+constexpr auto cross_attn(X x, Mem mem, M... masks) {
+  if constexpr (std::is_same_v<Mode, decode_mode>) return cross_attention_cached<P, static_cast<int>(C.heads)>(x, masks...);
+  else return cross_attention<P, static_cast<int>(C.heads)>(x, mem, masks...);
+}
+
+/// One residual sublayer: post-norm  norm(x + drop(f(x)))  or pre-norm  x + drop(f(norm(x))).
+template <fixed_string Norm, transformer_config C, class Mode, class X, class Seed, class F>
+constexpr auto sublayer(X x, Seed seed, F f) {
+  if constexpr (C.norm_first) return add(x, drop<C, Mode>(f(layer_norm<Norm, C.eps>(x)), seed));
+  else return layer_norm<Norm, C.eps>(add(x, drop<C, Mode>(f(x), seed)));
+}
+
+/// nn.TransformerEncoderLayer: self-attention, then feed-forward.
+template <fixed_string P, transformer_config C, class Mode, class... M>
+struct encoder_layer_fn {
+  template <class X, class Seed>
+  constexpr auto operator()(X x, Seed seed) const {
+    auto h = sublayer<P + ".norm1", C, Mode>(x, seed, [](auto y) { return self_attn<P + ".self_attn", C, Mode>(y, M{}...); });
+    return sublayer<P + ".norm2", C, Mode>(h, seed, [](auto y) { return ffn<P, C, Mode>(y, Seed{}); });
+  }
+};
+
+template <class SelfMasks, class CrossMasks>
+struct decoder_masks;
+template <class... S, class... X>
+struct decoder_masks<type_list<S...>, type_list<X...>> {
+  template <fixed_string P, transformer_config C, class Mode, class In, class Mem, class Seed>
+  static constexpr auto apply(In x, Mem mem, Seed seed) {
+    auto h = sublayer<P + ".norm1", C, Mode>(x, seed, [](auto y) { return self_attn<P + ".self_attn", C, Mode>(y, S{}...); });
+    auto c = sublayer<P + ".norm2", C, Mode>(
+        h, seed, [](auto y) { return cross_attn<P + ".multihead_attn", C, Mode>(y, Mem{}, X{}...); });
+    (void)mem;  // reached through the type: a graph node is its type
+    return sublayer<P + ".norm3", C, Mode>(c, seed, [](auto y) { return ffn<P, C, Mode>(y, Seed{}); });
+  }
+};
+
+/// nn.TransformerDecoderLayer: masked self-attention, cross-attention, feed-forward.
+template <fixed_string P, transformer_config C, class Mode, class SelfMasks, class CrossMasks>
+struct decoder_layer_fn {
+  template <class X, class Mem, class Seed>
+  constexpr auto operator()(X x, Mem mem, Seed seed) const {
+    return decoder_masks<SelfMasks, CrossMasks>::template apply<P, C, Mode>(x, mem, seed);
+  }
+};
+
+template <fixed_string Stack, long I>
+constexpr auto layer_name() {
+  if constexpr (Stack.length == 0) return "layers." + to_fixed_string<static_cast<int>(I)>();
+  else return Stack + ".layers." + to_fixed_string<static_cast<int>(I)>();
+}
+
+template <fixed_string Stack, transformer_config C, class Mode, long I, long N, class... M, class X, class Seed>
+constexpr auto encoder_stack(X x, Seed seed) {
+  if constexpr (I == N) return x;
+  else
+    return encoder_stack<Stack, C, Mode, I + 1, N, M...>(
+        block<encoder_layer_fn<layer_name<Stack, I>(), C, Mode, M...>, X, Seed>{}, seed);
+}
+
+template <transformer_config C, class Mode, long I, class SelfMasks, class CrossMasks, class X, class Mem, class Seed>
+constexpr auto decoder_stack(X x, Mem mem, Seed seed) {
+  if constexpr (I == C.decoder_layers) return x;
+  else
+    return decoder_stack<C, Mode, I + 1, SelfMasks, CrossMasks>(
+        block<decoder_layer_fn<layer_name<"decoder", I>(), C, Mode, SelfMasks, CrossMasks>, X, Mem, Seed>{}, mem,
+        seed);
+}
+
+/// Token embedding scaled by √d_model plus sinusoidal positions (from `positions` when
+/// decoding, 0..T−1 otherwise), then dropout.
+template <fixed_string Name, long Vocab, transformer_config C, class Mode, class Tok, class Pos, class Seed>
+constexpr auto embed(Tok tokens, Pos positions, Seed seed) {
+  auto e = scale<loom::detail::sqrt_newton(static_cast<double>(C.d_model))>(embedding<Name, Vocab, C.d_model>(tokens));  // [B, T, D]
+  if constexpr (std::is_same_v<Pos, none>) return drop<C, Mode>(add_positional_encoding(e), seed);
+  else return drop<C, Mode>(add_positional_encoding(e, positions), seed);
+}
+
+template <class Mode>
+using seed_t = std::conditional_t<std::is_same_v<Mode, train_mode>, input_node<"seed", shape<fix<2>>, int>, none>;
+
+}  // namespace detail
+
+/// Names of the decoding graph's inputs and of the layers a kv_cache holds.
+inline constexpr const char* tokens_input = "tokens";
+inline constexpr const char* positions_input = "positions";
+
+/// A decoder-only language model (GPT-like): embed, then `C.decoder_layers` layers of
+/// causal self-attention + feed-forward (nn.TransformerEncoderLayer with a causal mask,
+/// named layers.{i}.*), a final LayerNorm `norm`, and `lm_head` to C.tgt_vocab logits.
+///   inputs:  tokens [B, T] (int); train/eval: positions 0..T−1; decode: positions [B, T]
+///            (int) and first [B] (int: the first real key of each right-aligned prompt),
+///            plus the cache inputs layers.{i}.self_attn.cache_k / cache_v [B, H, P, d_k];
+///            train with dropout: seed [2] (int)
+///   output:  logits [B, T, V]
+template <transformer_config C, class Mode = eval_mode>
+struct language_model {
+  using tokens = input_node<"tokens", shape<dyn<"B">, dyn<"T">>, int>;
+  using positions = input_node<"positions", shape<dyn<"B">, dyn<"T">>, int>;
+  using first = input_node<"first", shape<dyn<"B">>, int>;
+  using seed = detail::seed_t<Mode>;
+
+  static constexpr auto logits() {
+    if constexpr (std::is_same_v<Mode, decode_mode>) {
+      auto x = detail::embed<"embed", C.tgt_vocab, C, Mode>(tokens{}, positions{}, none{});
+      auto h = detail::encoder_stack<"", C, Mode, 0, C.decoder_layers, causal_t, left_padding_t<first>>(x, none{});
+      return linear<"lm_head", C.tgt_vocab>(layer_norm<"norm", C.eps>(h));
+    } else {
+      auto x = detail::embed<"embed", C.tgt_vocab, C, Mode>(tokens{}, none{}, seed{});
+      auto h = detail::encoder_stack<"", C, Mode, 0, C.decoder_layers, causal_t>(x, seed{});
+      return linear<"lm_head", C.tgt_vocab>(layer_norm<"norm", C.eps>(h));
+    }
+  }
+  /// The attention layers a kv_cache must hold, in order.
+  static std::vector<std::string> cached_layers() {
+    std::vector<std::string> r;
+    for (long i = 0; i < C.decoder_layers; ++i) r.push_back("layers." + std::to_string(i) + ".self_attn");
+    return r;
+  }
+};
+
+/// An encoder–decoder Transformer (nn.Transformer plus embeddings and a generator).
+///   inputs:  src [B, S] (int), src_len [B] (int: valid source lengths), tgt [B, T] (int: the
+///            decoder's inputs, BOS then the shifted target); train with dropout: seed [2];
+///            loss: target [B, T] (int, PadId where there is no token);
+///            decode: positions [B, T] and the cache and memory inputs (see below).
+template <transformer_config C, class Mode = eval_mode>
+struct seq2seq {
+  using src = input_node<"src", shape<dyn<"B">, dyn<"S">>, int>;
+  using src_len = input_node<"src_len", shape<dyn<"B">>, int>;
+  using tgt = input_node<"tgt", shape<dyn<"B">, dyn<"T">>, int>;
+  using target = input_node<"target", shape<dyn<"B">, dyn<"T">>, int>;
+  using positions = input_node<"positions", shape<dyn<"B">, dyn<"T">>, int>;
+  using seed = detail::seed_t<Mode>;
+  using src_mask = padding_t<src_len>;
+
+  /// The encoder's output [B, S, D] (after encoder.norm).
+  static constexpr auto memory() {
+    static_assert(!std::is_same_v<Mode, decode_mode>, "seq2seq: encode with eval_mode, then decode");
+    auto x = detail::embed<"src_embed", C.src_vocab, C, Mode>(src{}, none{}, seed{});
+    auto h = detail::encoder_stack<"encoder", C, Mode, 0, C.encoder_layers, src_mask>(x, seed{});
+    return layer_norm<"encoder.norm", C.eps>(h);
+  }
+
+  /// Logits [B, T, V] for the decoder inputs tgt.
+  static constexpr auto logits() {
+    if constexpr (std::is_same_v<Mode, decode_mode>) {
+      auto y = detail::embed<"tgt_embed", C.tgt_vocab, C, Mode>(tgt{}, positions{}, none{});
+      auto h = detail::decoder_stack<C, Mode, 0, type_list<causal_t>, type_list<src_mask>>(y, none{}, none{});
+      return linear<"generator", C.tgt_vocab>(layer_norm<"decoder.norm", C.eps>(h));
+    } else {
+      auto y = detail::embed<"tgt_embed", C.tgt_vocab, C, Mode>(tgt{}, none{}, seed{});
+      auto h = detail::decoder_stack<C, Mode, 0, type_list<causal_t>, type_list<src_mask>>(y, memory(), seed{});
+      return linear<"generator", C.tgt_vocab>(layer_norm<"decoder.norm", C.eps>(h));
+    }
+  }
+
+  /// Mean cross-entropy of logits() against target, ignoring PadId, with label smoothing.
+  template <int PadId, double LabelSmoothing = 0.0>
+  static constexpr auto loss() {
+    return cross_entropy<PadId, LabelSmoothing>(logits(), target{});
+  }
+
+  /// For decoding: the projected memory of every decoder layer's cross-attention, in the
+  /// order of memory_inputs(), computed once per source from memory().
+  static constexpr auto cross_memory() {
+    return [&]<std::size_t... I>(std::index_sequence<I...>) {
+      return std::tuple_cat(
+          cross_attention_memory<detail::layer_name<"decoder", I>() + ".multihead_attn", static_cast<int>(C.heads)>(
+              memory())...);
+    }(std::make_index_sequence<static_cast<std::size_t>(C.decoder_layers)>{});
+  }
+  /// Names of the decoding graph's memory inputs, matching cross_memory()'s order.
+  static std::vector<std::string> memory_inputs() {
+    std::vector<std::string> r;
+    for (long i = 0; i < C.decoder_layers; ++i) {
+      r.push_back("decoder.layers." + std::to_string(i) + ".multihead_attn.memory_k");
+      r.push_back("decoder.layers." + std::to_string(i) + ".multihead_attn.memory_v");
+    }
+    return r;
+  }
+  /// The decoder's self-attention layers a kv_cache must hold, in order.
+  static std::vector<std::string> cached_layers() {
+    std::vector<std::string> r;
+    for (long i = 0; i < C.decoder_layers; ++i) r.push_back("decoder.layers." + std::to_string(i) + ".self_attn");
+    return r;
+  }
+};
+
+}  // namespace loom::nn
