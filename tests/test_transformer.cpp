@@ -240,3 +240,13 @@ TEMPLATE_TEST_CASE_SIG("encoder-decoder: cached decoding with memory projected o
   SECTION("float") { CHECK(seq2seq_cached_vs_full<float, H>(1) <= 1e-5); }
   SECTION("double, prefill of 3") { CHECK(seq2seq_cached_vs_full<double, H>(3) <= 1e-12); }
 }
+
+TEST_CASE("the Transformer body on embedded inputs builds and passes gradcheck") {
+  using body = nn::transformer_body<tiny, nn::eval_mode>;
+  auto g = make_graph(body::output());
+  auto p = g.make_params<double>(2);
+  auto src = test::random_tensor<double>({2, 3, 8}, 3);
+  auto tgt = test::random_tensor<double>({2, 2, 8}, 4);
+  auto len = ints({2}, {3, 2});
+  test::require_gradcheck(g, p, {{"src_x", src}, {"tgt_x", tgt}, {"src_len", len}});
+}

@@ -156,9 +156,29 @@ using seed_t = std::conditional_t<std::is_same_v<Mode, train_mode>, input_node<"
 
 }  // namespace detail
 
-/// Names of the decoding graph's inputs and of the layers a kv_cache holds.
-inline constexpr const char* tokens_input = "tokens";
-inline constexpr const char* positions_input = "positions";
+/// torch.nn.Transformer's own forward, on inputs that are already embedded:
+///   inputs:  src_x [B, S, D], tgt_x [B, T, D] (real), src_len [B] (int: valid source
+///            lengths, PyTorch's src_key_padding_mask and memory_key_padding_mask)
+///   memory(): encoder stack + encoder.norm -> [B, S, D]
+///   output(): decoder stack (causal self-attention, PyTorch's tgt_mask) + decoder.norm -> [B, T, D]
+/// Same parameter names as nn.Transformer's state_dict, so its weights load directly.
+template <transformer_config C, class Mode = eval_mode>
+struct transformer_body {
+  using src_x = input_node<"src_x", shape<dyn<"B">, dyn<"S">, fix<C.d_model>>>;
+  using tgt_x = input_node<"tgt_x", shape<dyn<"B">, dyn<"T">, fix<C.d_model>>>;
+  using src_len = input_node<"src_len", shape<dyn<"B">>, int>;
+  using seed = detail::seed_t<Mode>;
+
+  static constexpr auto memory() {
+    auto h = detail::encoder_stack<"encoder", C, Mode, 0, C.encoder_layers, padding_t<src_len>>(src_x{}, seed{});
+    return layer_norm<"encoder.norm", C.eps>(h);
+  }
+  static constexpr auto output() {
+    auto h = detail::decoder_stack<C, Mode, 0, type_list<causal_t>, type_list<padding_t<src_len>>>(tgt_x{}, memory(),
+                                                                                                   seed{});
+    return layer_norm<"decoder.norm", C.eps>(h);
+  }
+};
 
 /// A decoder-only language model (GPT-like): embed, then `C.decoder_layers` layers of
 /// causal self-attention + feed-forward (nn.TransformerEncoderLayer with a causal mask,
