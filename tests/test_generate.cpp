@@ -1,0 +1,109 @@
+// Generation through the KV cache: greedy decoding equals recomputing the whole prefix with
+// the full model; sampling is reproducible and follows softmax(logits / temperature).
+#include <catch2/catch.hpp>
+
+#include <cmath>
+
+#include "loom/loom.hpp"
+#include "loom/nn/generate.hpp"
+#include "loom/nn/transformer.hpp"
+#include "test_support.hpp"
+
+using namespace loom;
+
+namespace {
+constexpr nn::transformer_config lm{.d_model = 16, .heads = 2, .ffn = 32, .decoder_layers = 2, .tgt_vocab = 13};
+using full_model = nn::language_model<lm, nn::eval_mode>;
+using step_model = nn::language_model<lm, nn::decode_mode>;
+
+// Greedy continuation by running the full model over the whole prefix at every step.
+std::vector<int> greedy_by_recomputing(executor<double>& full, std::vector<int> seq, int n) {
+  std::vector<int> out;
+  for (int s = 0; s < n; ++s) {
+    tensor<std::int32_t> toks(dims_t{1, static_cast<std::int64_t>(seq.size())});
+    for (std::size_t i = 0; i < seq.size(); ++i) toks[static_cast<std::int64_t>(i)] = seq[i];
+    full.forward({{"tokens", toks}});
+    auto logits = full.output();
+    const std::int64_t v = logits.dims[-1];
+    std::span<const double> last(logits.data + (static_cast<std::int64_t>(seq.size()) - 1) * v,
+                                 static_cast<std::size_t>(v));
+    int t = nn::pick_token<double>(last, 0.0, 0, 0.0);
+    out.push_back(t);
+    seq.push_back(t);
+  }
+  return out;
+}
+}  // namespace
+
+TEST_CASE("greedy generation through the cache equals recomputing the prefix, for prompts of mixed lengths") {
+  auto full = make_graph(full_model::logits());
+  auto step = make_graph(step_model::logits());
+  auto params = full.make_params<double>(11);
+  auto run_full = full.executor<double>(params);
+  auto run_step = step.executor<double>(params, {.inference = true});
+  std::vector<std::vector<int>> prompts{{1, 2, 3, 4, 5}, {7}, {3, 9, 1}};
+  nn::kv_cache<double> cache(step_model::cached_layers(), 3, 2, 8, 32);
+  std::vector<std::pair<std::size_t, int>> streamed;
+  auto r = nn::generate(run_step, cache, prompts, {.max_new_tokens = 8}, {},
+                        [&](std::size_t b, int t) { streamed.emplace_back(b, t); });
+  CHECK(r.steps == 7);
+  CHECK(streamed.size() == 24);
+  for (std::size_t b = 0; b < prompts.size(); ++b) CHECK(r.tokens[b] == greedy_by_recomputing(run_full, prompts[b], 8));
+}
+
+TEST_CASE("sampling is reproducible for a seed, and top-k = 1 is greedy") {
+  auto step = make_graph(step_model::logits());
+  auto params = step.make_params<float>(3);
+  auto run = step.executor<float>(params, {.inference = true});
+  nn::kv_cache<float> cache(step_model::cached_layers(), 1, 2, 8, 40);
+  std::vector<std::vector<int>> prompt{{1, 2}};
+  auto a = nn::generate(run, cache, prompt, {.max_new_tokens = 20, .temperature = 1.0, .seed = 5});
+  auto b = nn::generate(run, cache, prompt, {.max_new_tokens = 20, .temperature = 1.0, .seed = 5});
+  auto c = nn::generate(run, cache, prompt, {.max_new_tokens = 20, .temperature = 1.0, .seed = 6});
+  CHECK(a.tokens == b.tokens);
+  CHECK(a.tokens != c.tokens);
+  auto greedy = nn::generate(run, cache, prompt, {.max_new_tokens = 20});
+  auto top1 = nn::generate(run, cache, prompt, {.max_new_tokens = 20, .temperature = 0.7, .top_k = 1, .seed = 9});
+  CHECK(greedy.tokens == top1.tokens);
+}
+
+TEST_CASE("a sequence stops at its end token while the others go on") {
+  auto step = make_graph(step_model::logits());
+  auto params = step.make_params<float>(3);
+  auto run = step.executor<float>(params, {.inference = true});
+  nn::kv_cache<float> cache(step_model::cached_layers(), 2, 2, 8, 40);
+  std::vector<std::vector<int>> prompts{{1, 2}, {3}};
+  auto free_run = nn::generate(run, cache, prompts, {.max_new_tokens = 10});
+  const int eos = free_run.tokens[0][2];  // make sequence 0's third token the end token
+  auto r = nn::generate(run, cache, prompts, {.max_new_tokens = 10, .eos = eos});
+  REQUIRE(r.tokens[0].size() <= 3);
+  CHECK(r.tokens[0].back() == eos);
+}
+
+TEST_CASE("pick_token samples from softmax(logits / temperature), restricted to the top k") {
+  std::vector<double> logits{0.0, std::log(2.0), std::log(3.0), -50.0};  // probabilities 1/6, 2/6, 3/6, ~0
+  rng gen(1);
+  std::vector<int> counts(4, 0);
+  const int n = 60000;
+  for (int i = 0; i < n; ++i) ++counts[static_cast<std::size_t>(nn::pick_token<double>(logits, 1.0, 0, gen.uniform()))];
+  CHECK(std::abs(counts[0] / double(n) - 1.0 / 6) < 0.01);
+  CHECK(std::abs(counts[1] / double(n) - 2.0 / 6) < 0.01);
+  CHECK(std::abs(counts[2] / double(n) - 3.0 / 6) < 0.01);
+  std::fill(counts.begin(), counts.end(), 0);
+  for (int i = 0; i < n; ++i) ++counts[static_cast<std::size_t>(nn::pick_token<double>(logits, 1.0, 2, gen.uniform()))];
+  CHECK(counts[0] == 0);  // outside the top 2
+  CHECK(std::abs(counts[2] / double(n) - 0.6) < 0.01);
+  CHECK(nn::pick_token<double>(logits, 0.0, 0, 0.99) == 2);
+}
+
+TEST_CASE("generation that would exceed the cache throws capacity_error before running") {
+  auto step = make_graph(step_model::logits());
+  auto params = step.make_params<float>(3);
+  auto run = step.executor<float>(params, {.inference = true});
+  nn::kv_cache<float> cache(step_model::cached_layers(), 1, 2, 8, 10);
+  std::vector<std::vector<int>> prompt{{1, 2, 3}};
+  CHECK_THROWS_AS(nn::generate(run, cache, prompt, {.max_new_tokens = 8}), capacity_error);
+  CHECK_NOTHROW(nn::generate(run, cache, prompt, {.max_new_tokens = 7}));
+  std::vector<std::vector<int>> empty{{}};
+  CHECK_THROWS_AS(nn::generate(run, cache, empty, {.max_new_tokens = 2}), value_error);
+}
