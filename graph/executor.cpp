@@ -366,13 +366,21 @@ struct executor<T>::impl {
     off_val.assign(n, 0);
     off_grad.assign(n, 0);
     std::int64_t total = 0;
+    // A buffer that must grow gets twice what it needs (rounded to a power of two), so that
+    // dims growing step by step (a KV cache's P) reallocate O(log n) times, not every step.
+    auto grown = [](std::int64_t cap, std::int64_t want) {
+      if (want <= cap) return cap;
+      std::int64_t c = 16;
+      while (c < want) c *= 2;
+      return cap == 0 ? want : c;  // the first allocation is exact
+    };
     for (int i = 0; i < n; ++i) {
-      cap_val[i] = std::max(cap_val[i], want_val[i]);
+      cap_val[i] = grown(cap_val[i], want_val[i]);
       off_val[i] = total;
       total += cap_val[i];
     }
     for (int i = 0; i < n; ++i) {
-      cap_grad[i] = std::max(cap_grad[i], want_grad[i]);
+      cap_grad[i] = grown(cap_grad[i], want_grad[i]);
       off_grad[i] = total;
       total += cap_grad[i];
     }
