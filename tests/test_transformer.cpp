@@ -250,3 +250,34 @@ TEST_CASE("the Transformer body on embedded inputs builds and passes gradcheck")
   auto len = ints({2}, {3, 2});
   test::require_gradcheck(g, p, {{"src_x", src}, {"tgt_x", tgt}, {"src_len", len}});
 }
+
+#include "loom/nn/inspect.hpp"
+
+TEST_CASE("cross-attention weights of a decoder layer are nodes of the model's own graph") {
+  constexpr auto c = [] {
+    auto k = tiny;
+    k.decoder_layers = 2;
+    return k;
+  }();
+  using model = nn::seq2seq<c, nn::eval_mode>;
+  auto logits = model::logits();
+  auto w1 = nn::seq2seq_cross_weights<c, 1>();
+  auto alone = make_graph(logits);
+  auto both = make_graph(logits, w1);
+  // the weights are already part of the model: adding them as an output adds no node
+  CHECK(both.size() == alone.size());
+  auto p = both.make_params<double>(1);
+  auto run = both.executor<double>(p);
+  auto src = ints({1, 4}, {1, 2, 3, 4});
+  auto len = ints({1}, {3});
+  auto tgt = ints({1, 2}, {1, 2});
+  run.forward({{"src", src}, {"src_len", len}, {"tgt", tgt}});
+  auto w = run.output(1);
+  REQUIRE(w.dims == dims_t{1, 2, 2, 4});
+  for (std::int64_t row = 0; row < 4; ++row) {  // each row sums to 1 over the 3 valid keys
+    double total = 0;
+    for (int j = 0; j < 4; ++j) total += w[row * 4 + j];
+    CHECK(total == Approx(1.0).epsilon(1e-12));
+    CHECK(w[row * 4 + 3] == 0.0);  // the padded source position
+  }
+}
