@@ -14,5 +14,6 @@
 #include "loom/graph/graph.hpp"
 #include "loom/io/checkpoint.hpp"
 #include "loom/io/safetensors.hpp"
+#include "loom/io/torch_import.hpp"
 #include "loom/ops.hpp"
 #include "loom/train/optim.hpp"

@@ -162,6 +162,11 @@ using seed_t = std::conditional_t<std::is_same_v<Mode, train_mode>, input_node<"
 ///   memory(): encoder stack + encoder.norm -> [B, S, D]
 ///   output(): decoder stack (causal self-attention, PyTorch's tgt_mask) + decoder.norm -> [B, T, D]
 /// Same parameter names as nn.Transformer's state_dict, so its weights load directly.
+/// decode_mode: output() runs the decoder over new target positions tgt_x [B, T, D] only,
+/// with the self-attention keys and values of past positions from a kv_cache
+/// (cached_layers()) and the cross-attention memory projected once per source by the
+/// eval_mode body's cross_memory() (inputs memory_inputs()). The body has no positional
+/// encoding, so decoding needs no positions: prefill + one-token steps give the full output.
 template <transformer_config C, class Mode = eval_mode>
 struct transformer_body {
   using src_x = input_node<"src_x", shape<dyn<"B">, dyn<"S">, fix<C.d_model>>>;
@@ -170,13 +175,45 @@ struct transformer_body {
   using seed = detail::seed_t<Mode>;
 
   static constexpr auto memory() {
+    static_assert(!std::is_same_v<Mode, decode_mode>, "transformer_body: encode with eval_mode, then decode");
     auto h = detail::encoder_stack<"encoder", C, Mode, 0, C.encoder_layers, padding_t<src_len>>(src_x{}, seed{});
     return layer_norm<"encoder.norm", C.eps>(h);
   }
   static constexpr auto output() {
-    auto h = detail::decoder_stack<C, Mode, 0, type_list<causal_t>, type_list<padding_t<src_len>>>(tgt_x{}, memory(),
-                                                                                                   seed{});
-    return layer_norm<"decoder.norm", C.eps>(h);
+    if constexpr (std::is_same_v<Mode, decode_mode>) {
+      auto h = detail::decoder_stack<C, Mode, 0, type_list<causal_t>, type_list<padding_t<src_len>>>(tgt_x{}, none{},
+                                                                                                     none{});
+      return layer_norm<"decoder.norm", C.eps>(h);
+    } else {
+      auto h = detail::decoder_stack<C, Mode, 0, type_list<causal_t>, type_list<padding_t<src_len>>>(tgt_x{}, memory(),
+                                                                                                     seed{});
+      return layer_norm<"decoder.norm", C.eps>(h);
+    }
+  }
+
+  /// For decoding: the projected memory [B, H, S, d_k] of every decoder layer's
+  /// cross-attention, in the order of memory_inputs(), computed once per source.
+  static constexpr auto cross_memory() {
+    return [&]<std::size_t... I>(std::index_sequence<I...>) {
+      return std::tuple_cat(
+          cross_attention_memory<detail::layer_name<"decoder", I>() + ".multihead_attn", static_cast<int>(C.heads)>(
+              memory())...);
+    }(std::make_index_sequence<static_cast<std::size_t>(C.decoder_layers)>{});
+  }
+  /// Names of the decoding graph's memory inputs, matching cross_memory()'s order.
+  static std::vector<std::string> memory_inputs() {
+    std::vector<std::string> r;
+    for (long i = 0; i < C.decoder_layers; ++i) {
+      r.push_back("decoder.layers." + std::to_string(i) + ".multihead_attn.memory_k");
+      r.push_back("decoder.layers." + std::to_string(i) + ".multihead_attn.memory_v");
+    }
+    return r;
+  }
+  /// The decoder's self-attention layers a kv_cache must hold, in order.
+  static std::vector<std::string> cached_layers() {
+    std::vector<std::string> r;
+    for (long i = 0; i < C.decoder_layers; ++i) r.push_back("decoder.layers." + std::to_string(i) + ".self_attn");
+    return r;
   }
 };
 

@@ -1,0 +1,52 @@
+// parity_runner's nn.MultiheadAttention cases: D = 8; inputs x [B, T, D], memory [B, S, D],
+// len [B] (int: valid keys, PyTorch's key_padding_mask), mask [T, S] (bool: True may attend,
+// the negation of PyTorch's bool attn_mask). Names match CASES in scripts/parity.py.
+#include "loom/loom.hpp"
+#include "loom/nn/attention.hpp"
+#include "parity_support.hpp"
+
+using namespace loom;
+
+namespace parity {
+
+namespace {
+
+constexpr long D = 8;
+using x = input_node<"x", shape<dyn<"B">, dyn<"T">, fix<D>>>;
+using memory = input_node<"memory", shape<dyn<"B">, dyn<"S">, fix<D>>>;
+using len = input_node<"len", shape<dyn<"B">>, int>;
+using self_mask = input_node<"mask", shape<dyn<"T">, dyn<"T">>, bool>;
+using cross_mask = input_node<"mask", shape<dyn<"T">, dyn<"S">>, bool>;
+
+template <class G>
+gradient_case make(std::string name, G g, pytorch::attention_layout layout = pytorch::attention_layout::packed,
+                   bool biases = true) {
+  return {std::move(name),
+          g.plan(),
+          module::multihead_attention,
+          {.loom = "attn", .torch = ""},
+          {.layout = layout, .biases = biases}};
+}
+
+}  // namespace
+
+std::vector<gradient_case> attention_cases() {
+  using enum pytorch::attention_layout;
+  return {
+      make("mha_self_h1", make_graph(nn::self_attention<"attn", 1>(x{}))),
+      make("mha_self_h2_causal", make_graph(nn::self_attention<"attn", 2>(x{}, nn::causal))),
+      make("mha_self_h4_boolmask", make_graph(nn::self_attention<"attn", 4>(x{}, nn::allowed(self_mask{})))),
+      make("mha_self_h2_padding", make_graph(nn::self_attention<"attn", 2>(x{}, nn::padding(len{})))),
+      make("mha_self_h4_causal_padding_separate",
+           make_graph(nn::self_attention<"attn", 4>(x{}, nn::causal, nn::padding(len{}))), separate),
+      make("mha_self_h1_causal_nobias", make_graph(nn::self_attention<"attn", 1>(x{}, nn::causal)), packed, false),
+      make("mha_cross_h1_padding", make_graph(nn::cross_attention<"attn", 1>(x{}, memory{}, nn::padding(len{})))),
+      make("mha_cross_h2_boolmask_separate",
+           make_graph(nn::cross_attention<"attn", 2>(x{}, memory{}, nn::allowed(cross_mask{}))), separate),
+      make("mha_cross_h4_padding", make_graph(nn::cross_attention<"attn", 4>(x{}, memory{}, nn::padding(len{})))),
+      // A key_padding_mask that hides every key of sequence 1: PyTorch gives NaN, loom zero weights.
+      make("mha_fully_masked_rows", make_graph(nn::self_attention<"attn", 2>(x{}, nn::padding(len{})))),
+  };
+}
+
+}  // namespace parity
