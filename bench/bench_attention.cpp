@@ -1,0 +1,121 @@
+// Multi-head self-attention, float: forward, and forward + backward, at 1 and 2 threads.
+//
+//   x [B, T, d] -> nn::self_attention<"attn", h>(x) -> [B, T, d]
+//
+// Each benchmark reports its wall time (UseRealTime: the work runs on TBB's threads, so the
+// calling thread's CPU time means nothing) as the median and the fastest of 5 repetitions (on a
+// machine shared with other work, the fastest is the least disturbed), and a GFLOP rate
+// counted analytically (see attention_flops), so that the figure is comparable across
+// implementations that do more or less redundant work.
+//
+//   bench_attention [Google Benchmark flags, e.g. --benchmark_filter=fwd]
+#include <benchmark/benchmark.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "loom/loom.hpp"
+#include "loom/nn/attention.hpp"
+
+namespace {
+
+/// The fastest repetition: on a machine shared with other work, the least disturbed one.
+double fastest(const std::vector<double>& v) {
+  return *std::min_element(v.begin(), v.end());
+}
+
+/// Multiply-adds of multi-head attention forward, as FLOPs (one multiply-add = 2 FLOPs):
+///   QKV projection  x [B·T, d] · W_inᵀ [d, 3d]    2·B·T·d·3d
+///   scores          q kᵀ per (batch, head)        2·B·T·T·d   (h heads of d/h each)
+///   weights · V     per (batch, head)             2·B·T·T·d
+///   out projection  [B·T, d] · W_outᵀ [d, d]      2·B·T·d·d
+/// Biases, scaling, softmax and head reshuffles are O(B·T·d + B·h·T·T) and left out.
+/// The backward pass does two GEMMs for each forward GEMM, so forward + backward ≈ 3× forward.
+double attention_flops(std::int64_t b, std::int64_t t, std::int64_t d) {
+  const double B = static_cast<double>(b), T = static_cast<double>(t), D = static_cast<double>(d);
+  return 2 * B * T * D * 3 * D + 2 * B * T * T * D + 2 * B * T * T * D + 2 * B * T * D * D;
+}
+
+template <long D>
+auto x_input() {
+  return loom::input<"x", loom::shape<loom::dyn<"B">, loom::dyn<"T">, loom::fix<D>>>();
+}
+
+/// x [B, T, d]: seeded uniform(-1, 1).
+loom::tensor<float> random_x(std::int64_t b, std::int64_t t, std::int64_t d) {
+  loom::rng gen(7);
+  loom::tensor<float> x({b, t, d});
+  for (float& v : x.values()) v = static_cast<float>(gen.uniform(-1, 1));
+  return x;
+}
+
+template <long D, int H>
+void attention_forward(benchmark::State& state, std::int64_t b, std::int64_t t, int threads) {
+  auto g = loom::make_graph(loom::nn::self_attention<"attn", H>(x_input<D>()));  // [B, T, d]
+  auto params = g.template make_params<float>(42);
+  auto run = g.template executor<float>(params, {.threads = threads});
+  const auto x = random_x(b, t, D);
+
+  run.forward({{"x", x}});  // warm-up: allocates the arena, faults its pages in, warms caches
+  for (auto _ : state) {
+    run.forward({{"x", x}});
+    benchmark::DoNotOptimize(run.output().data);
+    benchmark::ClobberMemory();
+  }
+  state.counters["GFLOP"] =
+      benchmark::Counter(attention_flops(b, t, D) * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+}
+
+template <long D, int H>
+void attention_forward_backward(benchmark::State& state, std::int64_t b, std::int64_t t, int threads) {
+  // a scalar loss, so that backward() has a start; the sum adds B·T·d additions forward and
+  // backward, negligible next to the GEMMs
+  auto g = loom::make_graph(loom::sum(loom::nn::self_attention<"attn", H>(x_input<D>())));
+  auto params = g.template make_params<float>(42);
+  auto run = g.template executor<float>(params, {.threads = threads});
+  const auto x = random_x(b, t, D);
+
+  run.forward({{"x", x}});  // warm-up
+  run.backward();
+  for (auto _ : state) {
+    run.forward({{"x", x}});
+    run.backward();
+    benchmark::DoNotOptimize(params.grad("attn.in_proj_weight").data());
+    benchmark::ClobberMemory();
+  }
+  state.counters["GFLOP"] =
+      benchmark::Counter(3 * attention_flops(b, t, D) * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+}
+
+using bench_fn = void (*)(benchmark::State&, std::int64_t, std::int64_t, int);
+
+/// Registers `fn` as "<kind>/B=..,T=..,d=..,h=../threads=n" for n = 1, 2.
+void register_case(const char* kind, bench_fn fn, std::int64_t b, std::int64_t t, long d, int h) {
+  for (int threads : {1, 2}) {
+    std::string name = std::string(kind) + "/B=" + std::to_string(b) + ",T=" + std::to_string(t) +
+                       ",d=" + std::to_string(d) + ",h=" + std::to_string(h) + "/threads=" + std::to_string(threads);
+    benchmark::RegisterBenchmark(name.c_str(), fn, b, t, threads)
+        ->Unit(benchmark::kMillisecond)
+        ->UseRealTime()
+        ->Repetitions(5)
+        ->ComputeStatistics("min", fastest)
+        ->ReportAggregatesOnly(true);
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  register_case("mha_fwd", attention_forward<128, 4>, 8, 128, 128, 4);
+  register_case("mha_fwd_bwd", attention_forward_backward<128, 4>, 8, 128, 128, 4);
+  register_case("mha_fwd", attention_forward<256, 8>, 4, 512, 256, 8);
+  register_case("mha_fwd_bwd", attention_forward_backward<256, 8>, 4, 512, 256, 8);
+
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}
