@@ -1,6 +1,7 @@
 // relu and gelu kernels, elementwise.
 //   relu: y = max(x, 0);                     dx += dy · [x > 0]
 //   gelu: y = x Φ(x) = x/2 (1 + erf(x/√2));  dx += dy · (Φ(x) + x φ(x)),  φ(x) = e^(−x²/2)/√(2π)
+#include <algorithm>
 #include <cmath>
 
 #include "kernels.hpp"
@@ -27,7 +28,7 @@ template <class T>
 void relu_kernel<T>::forward(const op_args<T>& a) {
   const T* x = a.input(0);
   T* y = a.out;
-  each(a.out_dims.size(), [&](std::int64_t i) { y[i] = x[i] > T(0) ? x[i] : T(0); });
+  each(a.out_dims.size(), [&](std::int64_t i) { y[i] = std::max(x[i], T(0)); });
 }
 
 template <class T>
@@ -37,7 +38,8 @@ void relu_kernel<T>::backward(const op_args<T>& a) {
   const T* x = a.input(0);
   const T* dy = a.dout;
   each(a.out_dims.size(), [&](std::int64_t i) {
-    if (x[i] > T(0)) dx[i] += dy[i];
+    const T g = dy[i];  // loaded unconditionally, so that the select vectorises
+    dx[i] += x[i] > T(0) ? g : T(0);
   });
 }
 

@@ -13,6 +13,7 @@
 #include "kernels.hpp"
 #include "loom/core/errors.hpp"
 #include "parallel.hpp"
+#include "vmath.hpp"
 
 namespace loom::ops {
 namespace {
@@ -35,11 +36,14 @@ std::int64_t counted_rows(const std::int32_t* target, const dims_t& target_dims,
 // max and log Σ exp(x − max) of one row
 template <class T>
 T log_sum_exp(const T* x, std::int64_t v) {
-  T mx = -std::numeric_limits<T>::infinity();
-  for (std::int64_t c = 0; c < v; ++c) mx = x[c] > mx ? x[c] : mx;
+  const T mx = lane_max(x, v);
   if (mx == -std::numeric_limits<T>::infinity()) return mx;
-  T total = 0;
-  for (std::int64_t c = 0; c < v; ++c) total += std::exp(x[c] - mx);
+  T lane[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  std::int64_t c = 0;
+  for (; c + 8 <= v; c += 8)
+    for (int k = 0; k < 8; ++k) lane[k] += vexp(x[c + k] - mx);
+  T total = ((lane[0] + lane[1]) + (lane[2] + lane[3])) + ((lane[4] + lane[5]) + (lane[6] + lane[7]));
+  for (; c < v; ++c) total += vexp(x[c] - mx);
   return mx + std::log(total);
 }
 
@@ -95,10 +99,8 @@ void cross_entropy_kernel<T>::backward(const op_args<T>& a) {
       const T* xr = x + r * v;
       T* dxr = dx + r * v;
       const T lse = log_sum_exp(xr, v);
-      for (std::int64_t c = 0; c < v; ++c) {
-        const T p = std::exp(xr[c] - lse);
-        dxr[c] += coef * (p - uniform - (c == target[r] ? on_target : T(0)));
-      }
+      for (std::int64_t c = 0; c < v; ++c) dxr[c] += coef * (vexp(xr[c] - lse) - uniform);
+      dxr[target[r]] -= coef * on_target;
     }
   });
 }

@@ -3,7 +3,9 @@
 //   padding: scores [B, .., T, S], key j masked in sequence b when j ≥ valid_len[b]
 //            (left padding: when j < first[b])
 //   bool:    masked where the broadcast boolean mask is 0
+#include <algorithm>
 #include <limits>
+#include <utility>
 #include <string>
 #include <vector>
 
@@ -16,9 +18,10 @@ namespace {
 
 constexpr std::int64_t row_work = 4;
 
-// Applies keep(row, j) to every score: forward writes x or −∞, backward adds dy where kept.
-template <class T, class Keep>
-void apply(const op_args<T>& a, bool backward, Keep keep) {
+// Row r keeps the keys [lo, hi) given by kept(r) and masks the others: forward writes x or −∞,
+// backward adds dy over the kept range. Plain loops over ranges: no branch per element.
+template <class T, class Kept>
+void apply_range(const op_args<T>& a, bool backward, Kept kept) {
   const std::int64_t s = a.out_dims[-1];
   const std::int64_t rows = s ? a.out_dims.size() / s : 0;
   const T* x = a.input(0);
@@ -28,15 +31,19 @@ void apply(const op_args<T>& a, bool backward, Keep keep) {
   const T* dy = a.dout;
   const T neg_inf = -std::numeric_limits<T>::infinity();
   for_chunks(rows, grain_for(row_work * s), [&](std::int64_t r0, std::int64_t r1) {
-    for (std::int64_t r = r0; r < r1; ++r)
-      for (std::int64_t j = 0; j < s; ++j) {
-        std::int64_t e = r * s + j;
-        if (backward) {
-          if (keep(r, j)) dx[e] += dy[e];
-        } else {
-          y[e] = keep(r, j) ? x[e] : neg_inf;
-        }
+    for (std::int64_t r = r0; r < r1; ++r) {
+      auto [lo, hi] = kept(r);
+      lo = std::clamp<std::int64_t>(lo, 0, s);
+      hi = std::clamp<std::int64_t>(hi, lo, s);
+      const std::int64_t e = r * s;
+      if (backward) {
+        for (std::int64_t j = lo; j < hi; ++j) dx[e + j] += dy[e + j];
+      } else {
+        for (std::int64_t j = 0; j < lo; ++j) y[e + j] = neg_inf;
+        for (std::int64_t j = lo; j < hi; ++j) y[e + j] = x[e + j];
+        for (std::int64_t j = hi; j < s; ++j) y[e + j] = neg_inf;
       }
+    }
   });
 }
 
@@ -44,7 +51,7 @@ template <class T>
 void causal(const op_args<T>& a, bool backward) {
   const std::int64_t t = a.out_dims[-2], s = a.out_dims[-1];
   const std::int64_t offset = s - t;
-  apply(a, backward, [&](std::int64_t r, std::int64_t j) { return j <= r % t + offset; });
+  apply_range(a, backward, [&](std::int64_t r) { return std::pair<std::int64_t, std::int64_t>{0, r % t + offset + 1}; });
 }
 
 template <class T>
@@ -61,8 +68,10 @@ void padding(const op_args<T>& a, bool backward) {
                                    " is negative"
                              : "mask_padding: valid_len[" + std::to_string(i) + "] = " + std::to_string(len[i]) +
                                    " is outside [0, " + std::to_string(s) + "] (the number of keys)");
-  if (left) apply(a, backward, [&](std::int64_t r, std::int64_t j) { return j >= len[r / rows_per_seq]; });
-  else apply(a, backward, [&](std::int64_t r, std::int64_t j) { return j < len[r / rows_per_seq]; });
+  if (left)
+    apply_range(a, backward, [&](std::int64_t r) { return std::pair<std::int64_t, std::int64_t>{len[r / rows_per_seq], s}; });
+  else
+    apply_range(a, backward, [&](std::int64_t r) { return std::pair<std::int64_t, std::int64_t>{0, len[r / rows_per_seq]}; });
 }
 
 template <class T>
@@ -90,8 +99,21 @@ void boolean(const op_args<T>& a, bool backward) {
     }
     row_off[static_cast<std::size_t>(r)] = off;
   }
-  apply(a, backward, [&](std::int64_t r, std::int64_t j) {
-    return m[row_off[static_cast<std::size_t>(r)] + j * last_stride] != 0;
+  T* dx = backward ? a.grad(0) : nullptr;
+  if (backward && !dx) return;
+  const T* x = a.input(0);
+  const T* dy = a.dout;
+  T* y = a.out;
+  const T neg_inf = -std::numeric_limits<T>::infinity();
+  for_chunks(rows, grain_for(row_work * s), [&](std::int64_t r0, std::int64_t r1) {
+    for (std::int64_t r = r0; r < r1; ++r) {
+      const std::uint8_t* mr = m + row_off[static_cast<std::size_t>(r)];
+      const std::int64_t e = r * s;
+      if (backward)
+        for (std::int64_t j = 0; j < s; ++j) dx[e + j] += mr[j * last_stride] ? dy[e + j] : T(0);
+      else
+        for (std::int64_t j = 0; j < s; ++j) y[e + j] = mr[j * last_stride] ? x[e + j] : neg_inf;
+    }
   });
 }
 

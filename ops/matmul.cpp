@@ -47,10 +47,13 @@ P row_of_op(P x, bool trans, std::int64_t ld, std::int64_t r) {
   return trans ? x + r : x + r * ld;
 }
 
-// Rows per work item: about 2^17 multiply-adds each, at least 16 rows.
+// Rows per work item: about 2^21 multiply-adds each, at least 64 rows, a multiple of 16. Big
+// enough that BLAS packs each operand a few times per product, not once per 16 rows; small
+// enough that large products still split for the threads. Depends on the shape only.
 std::int64_t row_grain(std::int64_t n, std::int64_t k) {
-  std::int64_t per_row = std::max<std::int64_t>(1, n * k);
-  return std::max<std::int64_t>(16, (std::int64_t{1} << 17) / per_row);
+  const std::int64_t per_row = std::max<std::int64_t>(1, n * k);
+  const std::int64_t rows = std::max<std::int64_t>(64, (std::int64_t{1} << 21) / per_row);
+  return (rows + 15) / 16 * 16;
 }
 
 // C (rows x n, in batches) = op(X) · op(Y) (+ C when accumulate), parallel over

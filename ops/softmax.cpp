@@ -6,6 +6,7 @@
 
 #include "kernels.hpp"
 #include "parallel.hpp"
+#include "vmath.hpp"
 
 namespace loom::ops {
 
@@ -19,18 +20,13 @@ void softmax_kernel<T>::forward(const op_args<T>& a) {
     for (std::int64_t r = r0; r < r1; ++r) {
       const T* xr = x + r * n;
       T* yr = y + r * n;
-      T mx = -std::numeric_limits<T>::infinity();
-      for (std::int64_t j = 0; j < n; ++j) mx = xr[j] > mx ? xr[j] : mx;
+      const T mx = lane_max(xr, n);
       if (mx == -std::numeric_limits<T>::infinity()) {
         for (std::int64_t j = 0; j < n; ++j) yr[j] = T(0);
         continue;
       }
-      T total = 0;
-      for (std::int64_t j = 0; j < n; ++j) {
-        yr[j] = std::exp(xr[j] - mx);
-        total += yr[j];
-      }
-      const T inv = T(1) / total;
+      for (std::int64_t j = 0; j < n; ++j) yr[j] = vexp(xr[j] - mx);
+      const T inv = T(1) / lane_sum(yr, n);
       for (std::int64_t j = 0; j < n; ++j) yr[j] *= inv;
     }
   });
@@ -49,8 +45,7 @@ void softmax_kernel<T>::backward(const op_args<T>& a) {
       const T* yr = y + r * n;
       const T* dyr = dy + r * n;
       T* dxr = dx + r * n;
-      T dot = 0;
-      for (std::int64_t j = 0; j < n; ++j) dot += dyr[j] * yr[j];
+      const T dot = lane_dot(dyr, yr, n);
       for (std::int64_t j = 0; j < n; ++j) dxr[j] += yr[j] * (dyr[j] - dot);
     }
   });
