@@ -99,6 +99,8 @@ struct executor<T>::impl {
   std::vector<std::uint8_t> leaf, needs_grad;
   std::unordered_map<const node_desc*, int> index;
   dag fwd, bwd;
+  std::vector<std::vector<int>> zero_before;  // gradients a backward task zeroes before it runs
+  std::vector<std::vector<std::pair<int, int>>> input_uses;  // per input node: (consumer, position)
 
   // state of the last successful bind
   bool bound = false, forwarded = false, backwarded = false;
@@ -133,6 +135,45 @@ struct executor<T>::impl {
       needs_grad[i] = !opts.inference && (plan.from_param[i] || (opts.input_grads && plan.from_input[i]));
     }
     build_schedules();
+    input_uses.assign(n, {});
+    for (int c = 0; c < n; ++c) {
+      auto ins = plan.inputs(c);
+      for (std::size_t pos = 0; pos < ins.size(); ++pos)
+        if (plan.order[ins[pos]]->kind == op_kind::input) input_uses[ins[pos]].emplace_back(c, static_cast<int>(pos));
+    }
+  }
+
+  // True when `given` binds exactly as the last successful bind (same names, types, shapes and
+  // strides, and the parameters' storage unchanged): then only input addresses need updating.
+  bool same_binding(std::span<const feed> given) const {
+    if (!bound || given.size() != feeds.size()) return false;
+    for (std::size_t k = 0; k < given.size(); ++k) {
+      const feed& a = given[k];
+      const feed& b = feeds[k];
+      if (a.name() != b.name() || a.type() != b.type() || !(a.dims() == b.dims()) || a.mat_stride() != b.mat_stride())
+        return false;
+    }
+    for (int i = 0; i < n; ++i) {
+      const node_desc* d = plan.order[i];
+      if (d->kind != op_kind::param) continue;
+      if (!params->contains(d->name)) return false;
+      const tensor<T>& v = params->value(d->name);
+      if (v.data() != val[i] || params->grad(d->name).data() != grad[i] || !(v.dims() == dims[i])) return false;
+    }
+    return true;
+  }
+
+  // The fast path of bind(): new data, same shapes.
+  void rebind_inputs(std::span<const feed> given) {
+    feeds.assign(given.begin(), given.end());
+    for (const feed& f : feeds) {
+      int i = -1;
+      for (int j = 0; j < n && i < 0; ++j)
+        if (plan.order[j]->kind == op_kind::input && plan.order[j]->name == f.name()) i = j;
+      if (materialize[i]) continue;  // its arena copy is refreshed by forward()
+      val[i] = f.data();
+      for (auto [c, pos] : input_uses[i]) in_ptr[c][pos] = val[i];
+    }
   }
 
   void make_arena() {
@@ -163,6 +204,16 @@ struct executor<T>::impl {
         for (int c : cons) preds[x].insert(c);
       for (std::size_t k = 0; k + 1 < cons.size(); ++k) preds[cons[k]].insert(cons[k + 1]);
     }
+    // each gradient buffer is zeroed by the task of its first contributor, just before that
+    // task adds to it: the consumer with the largest index (consumers run in descending
+    // order); the outputs' own gradients are zeroed before the seeds are added
+    zero_before.assign(n, {});
+    std::vector<std::uint8_t> is_root(n, 0);
+    for (int r : plan.roots) is_root[r] = 1;
+    for (int x = 0; x < n; ++x) {
+      auto cons = plan.consumers(x);
+      if (needs_grad[x] && !is_root[x] && !cons.empty()) zero_before[cons.back()].push_back(x);
+    }
     bwd.succ.assign(n, {});
     bwd.pending0.assign(n, 0);
     for (int i = n - 1; i >= 0; --i) {
@@ -182,6 +233,10 @@ struct executor<T>::impl {
   }
 
   void bind(std::span<const feed> given) {
+    if (same_binding(given)) {
+      rebind_inputs(given);
+      return;
+    }
     constexpr bool is_double = std::is_same_v<T, double>;
     // 1. every feed names an input, every input is fed, types agree
     std::vector<const feed*> fed(n, nullptr);
@@ -438,20 +493,19 @@ struct executor<T>::impl {
       if (!(cot[r].dims() == dims[roots[r]]))
         throw shape_error("backward: cotangent " + std::to_string(r) + " has shape " + cot[r].dims().str() +
                           ", output " + std::to_string(r) + " has shape " + dims[roots[r]].str());
-    // zero every gradient buffer (the arena's, and the store's for parameters of this graph)
-    arena->execute([&] {
-      T* g = mem.get() + (cap_val.empty() ? 0 : off_grad[0]);
-      std::int64_t count = mem_elems - (cap_val.empty() ? 0 : off_grad[0]);
-      ops::for_chunks(count, 1 << 16, [&](std::int64_t b, std::int64_t e) { std::memset(g + b, 0, (e - b) * sizeof(T)); });
-    });
-    for (int i = 0; i < n; ++i)
-      if (plan.order[i]->kind == op_kind::param) params->grad(plan.order[i]->name).fill(T(0));
+    // the outputs' gradients start as the cotangents; every other gradient (parameters'
+    // included) is zeroed by its first contributor's task (see zero_before)
+    for (std::size_t r = 0; r < roots.size(); ++r)
+      if (T* g = grad[roots[r]]) std::memset(g, 0, static_cast<std::size_t>(dims[roots[r]].size()) * sizeof(T));
     for (std::size_t r = 0; r < roots.size(); ++r) {
       T* g = grad[roots[r]];
       if (!g) continue;  // no gradient flows through this output
       for (std::int64_t e = 0; e < cot[r].size(); ++e) g[e] += cot[r][e];
     }
-    auto compute = [this](int i) { ops::kernel<T>(plan.order[i]->kind).backward(args(i)); };
+    auto compute = [this](int i) {
+      for (int x : zero_before[i]) std::memset(grad[x], 0, static_cast<std::size_t>(dims[x].size()) * sizeof(T));
+      ops::kernel<T>(plan.order[i]->kind).backward(args(i));
+    };
     run_dag(*arena, bwd, compute);
     backwarded = true;
   }

@@ -2,6 +2,7 @@
 //   forward:  y[.., t, j] = x[.., t, j] + PE[pos, j],  pos = positions[.., t] or t;
 //             PE[pos, 2i] = sin(pos / 10000^(2i/D)), PE[pos, 2i+1] = cos(...), in double.
 //   backward: dx += dy.
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <vector>
@@ -28,16 +29,24 @@ void positional_encoding_kernel<T>::forward(const op_args<T>& a) {
   std::vector<double> timescale(static_cast<std::size_t>(d));
   for (std::int64_t j = 0; j < d; ++j)
     timescale[static_cast<std::size_t>(j)] = std::pow(10000.0, static_cast<double>(j - j % 2) / static_cast<double>(d));
+  // the table PE[0 .. max position], computed once per call (positions repeat across a batch)
+  std::int64_t max_pos = t - 1;
+  if (given)
+    for (std::int64_t r = 0; r < rows; ++r) max_pos = std::max<std::int64_t>(max_pos, pos[r]);
+  std::vector<T> table(static_cast<std::size_t>((max_pos + 1) * d));
+  for_chunks(max_pos + 1, grain_for(16 * d), [&](std::int64_t p0, std::int64_t p1) {
+    for (std::int64_t p = p0; p < p1; ++p)
+      for (std::int64_t j = 0; j < d; ++j) {
+        const double angle = static_cast<double>(p) / timescale[static_cast<std::size_t>(j)];
+        table[static_cast<std::size_t>(p * d + j)] = static_cast<T>(j % 2 == 0 ? std::sin(angle) : std::cos(angle));
+      }
+  });
   const T* x = a.input(0);
   T* y = a.out;
-  for_chunks(rows, grain_for(16 * d), [&](std::int64_t r0, std::int64_t r1) {
+  for_chunks(rows, grain_for(d), [&](std::int64_t r0, std::int64_t r1) {
     for (std::int64_t r = r0; r < r1; ++r) {
-      const double p = static_cast<double>(given ? pos[r] : r % t);
-      for (std::int64_t j = 0; j < d; ++j) {
-        const double angle = p / timescale[static_cast<std::size_t>(j)];
-        const double pe = j % 2 == 0 ? std::sin(angle) : std::cos(angle);
-        y[r * d + j] = x[r * d + j] + static_cast<T>(pe);
-      }
+      const T* pe = table.data() + (given ? pos[r] : r % t) * d;
+      for (std::int64_t j = 0; j < d; ++j) y[r * d + j] = x[r * d + j] + pe[j];
     }
   });
 }
