@@ -100,6 +100,7 @@ struct executor<T>::impl {
   std::unordered_map<const node_desc*, int> index;
   dag fwd, bwd;
   std::vector<std::vector<int>> zero_before;  // gradients a backward task zeroes before it runs
+  std::vector<std::vector<std::uint8_t>> fresh;  // per node and input: first contribution (op_args::din_fresh)
   std::vector<std::vector<std::pair<int, int>>> input_uses;  // per input node: (consumer, position)
 
   // state of the last successful bind
@@ -210,9 +211,23 @@ struct executor<T>::impl {
     zero_before.assign(n, {});
     std::vector<std::uint8_t> is_root(n, 0);
     for (int r : plan.roots) is_root[r] = 1;
+    // ... unless that contributor's kernel stores its first contribution itself (writes_fresh)
+    fresh.assign(n, {});
+    for (int c = 0; c < n; ++c) fresh[c].assign(plan.inputs(c).size(), 0);
     for (int x = 0; x < n; ++x) {
       auto cons = plan.consumers(x);
-      if (needs_grad[x] && !is_root[x] && !cons.empty()) zero_before[cons.back()].push_back(x);
+      if (!needs_grad[x] || is_root[x] || cons.empty()) continue;
+      const int c = cons.back();
+      if (ops::kernel<T>(plan.order[c]->kind).writes_fresh) {
+        auto ins = plan.inputs(c);
+        for (std::size_t pos = 0; pos < ins.size(); ++pos)
+          if (ins[pos] == x) {
+            fresh[c][pos] = 1;  // the first position only: a second one adds to it
+            break;
+          }
+      } else {
+        zero_before[c].push_back(x);
+      }
     }
     bwd.succ.assign(n, {});
     bwd.pending0.assign(n, 0);
@@ -453,6 +468,7 @@ struct executor<T>::impl {
     a.out_dims = dims[i];
     a.dattr = dattr[i];
     a.din = din[i];
+    a.din_fresh = fresh[i];
     a.dout = grad[i];
     a.training = opts.training;
     return a;

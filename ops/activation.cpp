@@ -37,9 +37,11 @@ void relu_kernel<T>::backward(const op_args<T>& a) {
   if (!dx) return;
   const T* x = a.input(0);
   const T* dy = a.dout;
-  each(a.out_dims.size(), [&](std::int64_t i) {
-    const T g = dy[i];  // loaded unconditionally, so that the select vectorises
-    dx[i] += x[i] > T(0) ? g : T(0);
+  with_fresh(a.fresh(0), [&](auto fresh) {
+    each(a.out_dims.size(), [&](std::int64_t i) {
+      const T g = dy[i];  // loaded unconditionally, so that the select vectorises
+      put<fresh()>(dx[i], x[i] > T(0) ? g : T(0));
+    });
   });
 }
 

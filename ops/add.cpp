@@ -30,14 +30,19 @@ void add_kernel<T>::backward(const op_args<T>& a) {
   const T* dy = a.dout;
   if (m == 0) return;
   if (T* dx = a.grad(0)) {
-    for_chunks(n, 1 << 15, [&](std::int64_t b, std::int64_t e) {
-      for (std::int64_t i = b; i < e; ++i) dx[i] += dy[i];
+    with_fresh(a.fresh(0), [&](auto fresh) {
+      for_chunks(n, 1 << 15, [&](std::int64_t b, std::int64_t e) {
+        for (std::int64_t i = b; i < e; ++i) put<fresh()>(dx[i], dy[i]);
+      });
     });
   }
   if (T* db = a.grad(1)) {
     const std::int64_t rows = n / m;
     // columns in parallel; each column summed over rows in order
+    const bool fresh = a.fresh(1);
     for_chunks(m, grain_for(rows, 1 << 15), [&](std::int64_t j0, std::int64_t j1) {
+      if (fresh)
+        for (std::int64_t j = j0; j < j1; ++j) db[j] = T(0);
       for (std::int64_t r = 0; r < rows; ++r)
         for (std::int64_t j = j0; j < j1; ++j) db[j] += dy[r * m + j];
     });

@@ -48,12 +48,14 @@ void concat_kernel<T>::backward(const op_args<T>& a) {
   for (std::size_t i = 0; i < a.in.size(); ++i) {
     const std::int64_t chunk = a.in_dims[i].d[axis] * inner;
     if (T* dx = a.grad(static_cast<int>(i))) {
-      for_chunks(outer, grain_for(chunk), [&](std::int64_t o0, std::int64_t o1) {
-        for (std::int64_t o = o0; o < o1; ++o) {
-          const T* dy = a.dout + o * out_chunk + offset;
-          T* d = dx + o * chunk;
-          for (std::int64_t e = 0; e < chunk; ++e) d[e] += dy[e];
-        }
+      with_fresh(a.fresh(static_cast<int>(i)), [&](auto fresh) {
+        for_chunks(outer, grain_for(chunk), [&](std::int64_t o0, std::int64_t o1) {
+          for (std::int64_t o = o0; o < o1; ++o) {
+            const T* dy = a.dout + o * out_chunk + offset;
+            T* d = dx + o * chunk;
+            for (std::int64_t e = 0; e < chunk; ++e) put<fresh()>(d[e], dy[e]);
+          }
+        });
       });
     }
     offset += chunk;

@@ -89,15 +89,23 @@ void cross_entropy_kernel<T>::backward(const op_args<T>& a) {
   const T* x = a.input(0);
   const std::int32_t* target = a.template input<std::int32_t>(1);
   const std::int64_t count = counted_rows(target, a.in_dims[1], v, ignore);
-  if (count == 0) return;
+  if (count == 0) {
+    if (a.fresh(0)) std::fill(dx, dx + a.in_dims[0].size(), T(0));
+    return;
+  }
+  const bool fresh = a.fresh(0);
   const T coef = static_cast<T>(a.dout[0] / static_cast<double>(count));
   const T uniform = static_cast<T>(eps / static_cast<double>(v));
   const T on_target = static_cast<T>(1 - eps);
   for_chunks(rows, grain_for(4 * v), [&](std::int64_t r0, std::int64_t r1) {
     for (std::int64_t r = r0; r < r1; ++r) {
-      if (target[r] == ignore) continue;
+      if (target[r] == ignore) {
+        if (fresh) std::fill(dx + r * v, dx + (r + 1) * v, T(0));
+        continue;
+      }
       const T* xr = x + r * v;
       T* dxr = dx + r * v;
+      if (fresh) std::fill(dxr, dxr + v, T(0));
       const T lse = log_sum_exp(xr, v);
       for (std::int64_t c = 0; c < v; ++c) dxr[c] += coef * (vexp(xr[c] - lse) - uniform);
       dxr[target[r]] -= coef * on_target;

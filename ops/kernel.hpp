@@ -9,6 +9,7 @@
 #include <array>
 #include <cstdint>
 #include <span>
+#include <type_traits>
 
 #include "loom/core/node_desc.hpp"
 #include "loom/core/tensor.hpp"
@@ -28,6 +29,10 @@ struct op_args {
   std::array<std::int64_t, 2> dattr{};  // the node's dim attributes, bound
   const T* dout = nullptr;              // backward: gradient of the node's value
   std::span<T* const> din;              // backward: gradients to accumulate into, or nullptr
+  // backward: 1 where din[i] has not been written yet (its first contribution): a kernel
+  // whose op_entry::writes_fresh is set then stores (=) instead of adding (+=), and the
+  // executor does not zero that buffer first. Other kernels always see 0 here.
+  std::span<const std::uint8_t> din_fresh;
   bool training = true;
 
   template <class U = T>
@@ -35,6 +40,7 @@ struct op_args {
     return static_cast<const U*>(in[static_cast<std::size_t>(i)]);
   }
   T* grad(int i) const { return din[static_cast<std::size_t>(i)]; }
+  bool fresh(int i) const { return !din_fresh.empty() && din_fresh[static_cast<std::size_t>(i)] != 0; }
   /// Elements between consecutive matrices of input i (rows · cols when contiguous).
   std::int64_t mat_stride(int i) const {
     if (in_mat_stride.empty()) {
@@ -56,7 +62,23 @@ struct op_entry {
   /// Whether forward() reads input i in place when its matrices are not back to back
   /// (see op_args::in_mat_stride); otherwise the executor hands it a contiguous copy.
   bool (*reads_strided)(const node_desc*, int input) = nullptr;
+  /// Whether backward() honours op_args::din_fresh (stores a first contribution instead of
+  /// adding it to a zeroed buffer).
+  bool writes_fresh = false;
 };
+
+/// Calls f(std::true_type) when `fresh`, else f(std::false_type): kernels write their loops
+/// once with `put<Fresh>(dst, value)` and get a store or an accumulation without a branch.
+template <class F>
+void with_fresh(bool fresh, F&& f) {
+  if (fresh) f(std::true_type{});
+  else f(std::false_type{});
+}
+template <bool Fresh, class T>
+inline void put(T& dst, T value) {
+  if constexpr (Fresh) dst = value;
+  else dst += value;
+}
 
 /// The kernel table, indexed by op_kind.
 template <class T>

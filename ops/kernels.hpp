@@ -12,6 +12,13 @@ namespace loom::ops {
     static void forward(const op_args<T>& a);    \
     static void backward(const op_args<T>& a);   \
   };
+#define LOOM_FRESH_KERNEL(op)                    \
+  template <class T>                             \
+  struct op##_kernel {                           \
+    static constexpr bool writes_fresh = true;   \
+    static void forward(const op_args<T>& a);    \
+    static void backward(const op_args<T>& a);   \
+  };
 #define LOOM_CHECKED_KERNEL(op)                  \
   template <class T>                             \
   struct op##_kernel {                           \
@@ -20,33 +27,35 @@ namespace loom::ops {
     static void check(const op_args<T>& a);      \
   };
 
-LOOM_KERNEL(matmul)
-LOOM_KERNEL(scale)
-LOOM_KERNEL(mask_causal)
-LOOM_KERNEL(mask_padding)
-LOOM_KERNEL(mask_bool)
-LOOM_KERNEL(softmax)
+LOOM_FRESH_KERNEL(matmul)
+LOOM_FRESH_KERNEL(scale)
+LOOM_FRESH_KERNEL(mask_causal)
+LOOM_FRESH_KERNEL(mask_padding)
+LOOM_FRESH_KERNEL(mask_bool)
+LOOM_FRESH_KERNEL(softmax)
 template <class T>
 struct concat_kernel {
+  static constexpr bool writes_fresh = true;
   static void forward(const op_args<T>& a);
   static void backward(const op_args<T>& a);
   static bool reads_strided(const node_desc* node, int input);  // along the last two axes
 };
 LOOM_CHECKED_KERNEL(slice)
-LOOM_KERNEL(reshape)
-LOOM_KERNEL(transpose)
-LOOM_KERNEL(add)
+LOOM_FRESH_KERNEL(reshape)
+LOOM_FRESH_KERNEL(transpose)
+LOOM_FRESH_KERNEL(add)
 LOOM_KERNEL(sum)
 LOOM_KERNEL(mul)
 LOOM_KERNEL(embedding)
-LOOM_KERNEL(positional_encoding)
-LOOM_KERNEL(layer_norm)
-LOOM_KERNEL(relu)
+LOOM_FRESH_KERNEL(positional_encoding)
+LOOM_FRESH_KERNEL(layer_norm)
+LOOM_FRESH_KERNEL(relu)
 LOOM_KERNEL(gelu)
 LOOM_KERNEL(dropout)
-LOOM_KERNEL(cross_entropy)
+LOOM_FRESH_KERNEL(cross_entropy)
 
 #undef LOOM_KERNEL
 #undef LOOM_CHECKED_KERNEL
+#undef LOOM_FRESH_KERNEL
 
 }  // namespace loom::ops

@@ -1,6 +1,6 @@
 // layer_norm kernels, over the last axis: x [.., D], gamma [D], beta [D] -> y [.., D].
 //   forward:  μ = Σ x / D, σ² = Σ (x − μ)² / D, r = 1/√(σ² + ε), x̂ = (x − μ) r,
-//             y = x̂ ⊙ gamma + beta   (statistics accumulated in double)
+//             y = x̂ ⊙ gamma + beta   (statistics in eight-lane sums of T)
 //   backward: g = dy ⊙ gamma;  dx += r (g − mean(g) − x̂ mean(g ⊙ x̂));
 //             dgamma += Σ_rows dy ⊙ x̂;  dbeta += Σ_rows dy  (columns in parallel chunks,
 //             rows in order inside each, so sums do not depend on the thread count)
@@ -10,25 +10,28 @@
 
 #include "kernels.hpp"
 #include "parallel.hpp"
+#include "vmath.hpp"
 
 namespace loom::ops {
 namespace {
 
+template <class T>
 struct row_stats {
-  double mean, rstd;
+  T mean, rstd;
 };
 
+// mean and 1/√(var + eps) of one row, in eight-lane sums (vectorised; the order of additions
+// depends on d only)
 template <class T>
-row_stats stats_of(const T* x, std::int64_t d, double eps) {
-  double total = 0;
-  for (std::int64_t j = 0; j < d; ++j) total += x[j];
-  const double mean = total / static_cast<double>(d);
-  double sq = 0;
-  for (std::int64_t j = 0; j < d; ++j) {
-    const double c = x[j] - mean;
-    sq += c * c;
-  }
-  return {mean, 1.0 / std::sqrt(sq / static_cast<double>(d) + eps)};
+row_stats<T> stats_of(const T* x, std::int64_t d, double eps) {
+  const T mean = lane_sum(x, d) / static_cast<T>(d);
+  T lane[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  std::int64_t j = 0;
+  for (; j + 8 <= d; j += 8)
+    for (int k = 0; k < 8; ++k) lane[k] += (x[j + k] - mean) * (x[j + k] - mean);
+  T sq = ((lane[0] + lane[1]) + (lane[2] + lane[3])) + ((lane[4] + lane[5]) + (lane[6] + lane[7]));
+  for (; j < d; ++j) sq += (x[j] - mean) * (x[j] - mean);
+  return {mean, static_cast<T>(1.0 / std::sqrt(static_cast<double>(sq) / static_cast<double>(d) + eps))};
 }
 
 }  // namespace
@@ -46,11 +49,8 @@ void layer_norm_kernel<T>::forward(const op_args<T>& a) {
     for (std::int64_t r = r0; r < r1; ++r) {
       const T* xr = x + r * d;
       T* yr = y + r * d;
-      const row_stats s = stats_of(xr, d, eps);
-      for (std::int64_t j = 0; j < d; ++j) {
-        const T xhat = static_cast<T>((xr[j] - s.mean) * s.rstd);
-        yr[j] = xhat * gamma[j] + beta[j];
-      }
+      const row_stats<T> s = stats_of(xr, d, eps);
+      for (std::int64_t j = 0; j < d; ++j) yr[j] = (xr[j] - s.mean) * s.rstd * gamma[j] + beta[j];
     }
   });
 }
@@ -62,49 +62,57 @@ void layer_norm_kernel<T>::backward(const op_args<T>& a) {
   T* dbeta = a.grad(2);
   const std::int64_t d = a.out_dims[-1];
   const std::int64_t rows = d ? a.out_dims.size() / d : 0;
-  if (rows == 0) return;
+  if (rows == 0) {  // no rows: the parameter gradients get nothing
+    if (dgamma && a.fresh(1)) std::fill(dgamma, dgamma + d, T(0));
+    if (dbeta && a.fresh(2)) std::fill(dbeta, dbeta + d, T(0));
+    return;
+  }
   const double eps = a.node->fattr[0];
   const T* x = a.input(0);
   const T* gamma = a.input(1);
   const T* dy = a.dout;
   // the forward's statistics, recomputed (nothing is kept between passes)
-  std::vector<row_stats> stats(static_cast<std::size_t>(rows));
+  std::vector<row_stats<T>> stats(static_cast<std::size_t>(rows));
   for_chunks(rows, grain_for(3 * d), [&](std::int64_t r0, std::int64_t r1) {
     for (std::int64_t r = r0; r < r1; ++r) stats[static_cast<std::size_t>(r)] = stats_of(x + r * d, d, eps);
   });
+  const bool fresh_x = a.fresh(0), fresh_gamma = a.fresh(1), fresh_beta = a.fresh(2);
   if (dx) {
     for_chunks(rows, grain_for(8 * d), [&](std::int64_t r0, std::int64_t r1) {
+      std::vector<T> g(static_cast<std::size_t>(d)), xhat(static_cast<std::size_t>(d));
       for (std::int64_t r = r0; r < r1; ++r) {
-        const row_stats s = stats[static_cast<std::size_t>(r)];
+        const row_stats<T> s = stats[static_cast<std::size_t>(r)];
         const T* xr = x + r * d;
         const T* dyr = dy + r * d;
-        double sum_g = 0, sum_gx = 0;
         for (std::int64_t j = 0; j < d; ++j) {
-          const double g = static_cast<double>(dyr[j]) * gamma[j];
-          sum_g += g;
-          sum_gx += g * (xr[j] - s.mean) * s.rstd;
+          g[static_cast<std::size_t>(j)] = dyr[j] * gamma[j];
+          xhat[static_cast<std::size_t>(j)] = (xr[j] - s.mean) * s.rstd;
         }
-        const double mean_g = sum_g / static_cast<double>(d), mean_gx = sum_gx / static_cast<double>(d);
+        const T mean_g = lane_sum(g.data(), d) / static_cast<T>(d);
+        const T mean_gx = lane_dot(g.data(), xhat.data(), d) / static_cast<T>(d);
         T* dxr = dx + r * d;
-        for (std::int64_t j = 0; j < d; ++j) {
-          const double g = static_cast<double>(dyr[j]) * gamma[j];
-          const double xhat = (xr[j] - s.mean) * s.rstd;
-          dxr[j] += static_cast<T>(s.rstd * (g - mean_g - xhat * mean_gx));
-        }
+        if (fresh_x)
+          for (std::int64_t j = 0; j < d; ++j)
+            dxr[j] = s.rstd * (g[static_cast<std::size_t>(j)] - mean_g - xhat[static_cast<std::size_t>(j)] * mean_gx);
+        else
+          for (std::int64_t j = 0; j < d; ++j)
+            dxr[j] += s.rstd * (g[static_cast<std::size_t>(j)] - mean_g - xhat[static_cast<std::size_t>(j)] * mean_gx);
       }
     });
   }
   if (dgamma || dbeta) {
     // at least 16 columns (a cache line of floats) per chunk: each chunk reads every row
     for_chunks(d, std::max<std::int64_t>(grain_for(2 * rows), 16), [&](std::int64_t j0, std::int64_t j1) {
+      if (dgamma && fresh_gamma) std::fill(dgamma + j0, dgamma + j1, T(0));
+      if (dbeta && fresh_beta) std::fill(dbeta + j0, dbeta + j1, T(0));
       for (std::int64_t r = 0; r < rows; ++r) {
-        const row_stats s = stats[static_cast<std::size_t>(r)];
+        const row_stats<T> s = stats[static_cast<std::size_t>(r)];
         const T* xr = x + r * d;
         const T* dyr = dy + r * d;
-        for (std::int64_t j = j0; j < j1; ++j) {
-          if (dgamma) dgamma[j] += dyr[j] * static_cast<T>((xr[j] - s.mean) * s.rstd);
-          if (dbeta) dbeta[j] += dyr[j];
-        }
+        if (dgamma)
+          for (std::int64_t j = j0; j < j1; ++j) dgamma[j] += dyr[j] * ((xr[j] - s.mean) * s.rstd);
+        if (dbeta)
+          for (std::int64_t j = j0; j < j1; ++j) dbeta[j] += dyr[j];
       }
     });
   }

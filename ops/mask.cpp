@@ -29,6 +29,7 @@ void apply_range(const op_args<T>& a, bool backward, Kept kept) {
   T* dx = backward ? a.grad(0) : nullptr;
   if (backward && !dx) return;
   const T* dy = a.dout;
+  const bool fresh = backward && a.fresh(0);
   const T neg_inf = -std::numeric_limits<T>::infinity();
   for_chunks(rows, grain_for(row_work * s), [&](std::int64_t r0, std::int64_t r1) {
     for (std::int64_t r = r0; r < r1; ++r) {
@@ -36,7 +37,11 @@ void apply_range(const op_args<T>& a, bool backward, Kept kept) {
       lo = std::clamp<std::int64_t>(lo, 0, s);
       hi = std::clamp<std::int64_t>(hi, lo, s);
       const std::int64_t e = r * s;
-      if (backward) {
+      if (backward && fresh) {  // masked scores get no gradient: zeros
+        for (std::int64_t j = 0; j < lo; ++j) dx[e + j] = T(0);
+        for (std::int64_t j = lo; j < hi; ++j) dx[e + j] = dy[e + j];
+        for (std::int64_t j = hi; j < s; ++j) dx[e + j] = T(0);
+      } else if (backward) {
         for (std::int64_t j = lo; j < hi; ++j) dx[e + j] += dy[e + j];
       } else {
         for (std::int64_t j = 0; j < lo; ++j) y[e + j] = neg_inf;
@@ -109,7 +114,9 @@ void boolean(const op_args<T>& a, bool backward) {
     for (std::int64_t r = r0; r < r1; ++r) {
       const std::uint8_t* mr = m + row_off[static_cast<std::size_t>(r)];
       const std::int64_t e = r * s;
-      if (backward)
+      if (backward && a.fresh(0))
+        for (std::int64_t j = 0; j < s; ++j) dx[e + j] = mr[j * last_stride] ? dy[e + j] : T(0);
+      else if (backward)
         for (std::int64_t j = 0; j < s; ++j) dx[e + j] += mr[j * last_stride] ? dy[e + j] : T(0);
       else
         for (std::int64_t j = 0; j < s; ++j) y[e + j] = mr[j * last_stride] ? x[e + j] : neg_inf;

@@ -73,19 +73,24 @@ void batched_gemm(bool tx, bool ty, std::int64_t batch, std::int64_t rows, std::
   });
 }
 
-// C (rows x n) += Σ_b op(X_b) · op(Y_b): a gradient of an operand shared across the batch,
-// parallel over row chunks of C, the batch summed in order inside each chunk.
+// C (rows x n) = beta · C + Σ_b op(X_b) · op(Y_b): a gradient of an operand shared across the
+// batch, parallel over row chunks of C, the batch summed in order inside each chunk.
 template <class T>
 void summed_gemm(bool tx, bool ty, std::int64_t batch, std::int64_t rows, std::int64_t n, std::int64_t k,
-                 const T* x, std::int64_t ldx, std::int64_t sx, const T* y, std::int64_t ldy, std::int64_t sy, T* c) {
+                 const T* x, std::int64_t ldx, std::int64_t sx, const T* y, std::int64_t ldy, std::int64_t sy, T* c,
+                 T beta) {
+  if (batch == 0) {  // nothing to sum: C = beta · C
+    for (std::int64_t e = 0; e < rows * n; ++e) c[e] = beta == T(0) ? T(0) : c[e];
+    return;
+  }
   std::int64_t grain = row_grain(n, k * batch);
   std::int64_t chunks = (rows + grain - 1) / grain;
   for_chunks(chunks, 1, [&](std::int64_t c0, std::int64_t c1) {
     for (std::int64_t ch = c0; ch < c1; ++ch) {
       std::int64_t r0 = ch * grain, r1 = std::min(rows, r0 + grain);
       for (std::int64_t b = 0; b < batch; ++b)
-        gemm<T>(tx, ty, r1 - r0, n, k, T(1), row_of_op(x + b * sx, tx, ldx, r0), ldx, y + b * sy, ldy, T(1),
-                c + r0 * n, n);
+        gemm<T>(tx, ty, r1 - r0, n, k, T(1), row_of_op(x + b * sx, tx, ldx, r0), ldx, y + b * sy, ldy,
+                b == 0 ? beta : T(1), c + r0 * n, n);
     }
   });
 }
@@ -113,41 +118,43 @@ void matmul_kernel<T>::backward(const op_args<T>& a) {
   const T* B = a.input(1);
   const T* dC = a.dout;
   if (T* dA = a.grad(0)) {
+    const T beta = a.fresh(0) ? T(0) : T(1);  // the first contribution overwrites
     // !TransA: dA[M,K] += dC[M,N] · op(B)ᵀ      TransA: dA[K,M] += op(B)[K,N] · dCᵀ
     if (!d.ta) {
       if (d.a_shared)
-        summed_gemm<T>(false, !d.tb, d.batch, d.m, d.k, d.n, dC, d.n, d.stride_c, B, d.ldb, d.stride_b, dA);
+        summed_gemm<T>(false, !d.tb, d.batch, d.m, d.k, d.n, dC, d.n, d.stride_c, B, d.ldb, d.stride_b, dA, beta);
       else if (d.b_shared)
-        batched_gemm<T>(false, !d.tb, 1, d.batch * d.m, d.k, d.n, dC, d.n, 0, B, d.ldb, 0, dA, 0, T(1));
+        batched_gemm<T>(false, !d.tb, 1, d.batch * d.m, d.k, d.n, dC, d.n, 0, B, d.ldb, 0, dA, 0, beta);
       else
         batched_gemm<T>(false, !d.tb, d.batch, d.m, d.k, d.n, dC, d.n, d.stride_c, B, d.ldb, d.stride_b, dA,
-                        d.stride_a, T(1));
+                        d.stride_a, beta);
     } else {
       if (d.a_shared)
-        summed_gemm<T>(d.tb, true, d.batch, d.k, d.m, d.n, B, d.ldb, d.stride_b, dC, d.n, d.stride_c, dA);
+        summed_gemm<T>(d.tb, true, d.batch, d.k, d.m, d.n, B, d.ldb, d.stride_b, dC, d.n, d.stride_c, dA, beta);
       else
         batched_gemm<T>(d.tb, true, d.batch, d.k, d.m, d.n, B, d.ldb, d.stride_b, dC, d.n, d.stride_c, dA,
-                        d.stride_a, T(1));
+                        d.stride_a, beta);
     }
   }
   if (T* dB = a.grad(1)) {
+    const T beta = a.fresh(1) ? T(0) : T(1);
     // !TransB: dB[K,N] += op(A)ᵀ[K,M] · dC[M,N]      TransB: dB[N,K] += dCᵀ[N,M] · op(A)[M,K]
     if (!d.tb) {
       if (d.b_shared && !d.ta)  // a flattens to [batch·M, K]: one reduction over batch·M
-        summed_gemm<T>(true, false, 1, d.k, d.n, d.batch * d.m, A, d.lda, 0, dC, d.n, 0, dB);
+        summed_gemm<T>(true, false, 1, d.k, d.n, d.batch * d.m, A, d.lda, 0, dC, d.n, 0, dB, beta);
       else if (d.b_shared)
-        summed_gemm<T>(!d.ta, false, d.batch, d.k, d.n, d.m, A, d.lda, d.stride_a, dC, d.n, d.stride_c, dB);
+        summed_gemm<T>(!d.ta, false, d.batch, d.k, d.n, d.m, A, d.lda, d.stride_a, dC, d.n, d.stride_c, dB, beta);
       else
         batched_gemm<T>(!d.ta, false, d.batch, d.k, d.n, d.m, A, d.lda, d.stride_a, dC, d.n, d.stride_c, dB,
-                        d.stride_b, T(1));
+                        d.stride_b, beta);
     } else {
       if (d.b_shared && !d.ta)
-        summed_gemm<T>(true, false, 1, d.n, d.k, d.batch * d.m, dC, d.n, 0, A, d.lda, 0, dB);
+        summed_gemm<T>(true, false, 1, d.n, d.k, d.batch * d.m, dC, d.n, 0, A, d.lda, 0, dB, beta);
       else if (d.b_shared)
-        summed_gemm<T>(true, d.ta, d.batch, d.n, d.k, d.m, dC, d.n, d.stride_c, A, d.lda, d.stride_a, dB);
+        summed_gemm<T>(true, d.ta, d.batch, d.n, d.k, d.m, dC, d.n, d.stride_c, A, d.lda, d.stride_a, dB, beta);
       else
         batched_gemm<T>(true, d.ta, d.batch, d.n, d.k, d.m, dC, d.n, d.stride_c, A, d.lda, d.stride_a, dB,
-                        d.stride_b, T(1));
+                        d.stride_b, beta);
     }
   }
 }

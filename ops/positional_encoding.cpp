@@ -56,8 +56,10 @@ void positional_encoding_kernel<T>::backward(const op_args<T>& a) {
   T* dx = a.grad(0);
   if (!dx) return;
   const T* dy = a.dout;
-  for_chunks(a.out_dims.size(), 1 << 15, [&](std::int64_t b, std::int64_t e) {
-    for (std::int64_t i = b; i < e; ++i) dx[i] += dy[i];
+  with_fresh(a.fresh(0), [&](auto fresh) {
+    for_chunks(a.out_dims.size(), 1 << 15, [&](std::int64_t b, std::int64_t e) {
+      for (std::int64_t i = b; i < e; ++i) put<fresh()>(dx[i], dy[i]);
+    });
   });
 }
 

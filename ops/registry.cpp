@@ -1,5 +1,6 @@
 // The dispatch table: op_kind -> kernels. Adding an op: an enum entry (node_desc.hpp), a
 // header in include/loom/ops/, a kernel file here, a declaration in kernels.hpp, a line below.
+#include <algorithm>
 #include <array>
 #include <string>
 
@@ -26,6 +27,7 @@ struct table {
     e.backward = &K<T>::backward;
     if constexpr (requires(const op_args<T>& a) { K<T>::check(a); }) e.check = &K<T>::check;
     if constexpr (requires(const node_desc* d) { K<T>::reads_strided(d, 0); }) e.reads_strided = &K<T>::reads_strided;
+    if constexpr (requires { K<T>::writes_fresh; }) e.writes_fresh = K<T>::writes_fresh;
   }
 
   table() {
@@ -109,12 +111,19 @@ const char* op_name(op_kind kind) {
 namespace loom::testing {
 namespace {
 std::array<void (*)(const ops::op_args<double>&), static_cast<std::size_t>(op_kind::count_)> original{};
+// The gradient added twice: the second run accumulates even where the first stored.
 void run_twice(const ops::op_args<double>& a) {
   auto f = original[static_cast<std::size_t>(a.node->kind)];
   f(a);
-  f(a);
+  ops::op_args<double> again = a;
+  again.din_fresh = {};
+  f(again);
 }
-void skip(const ops::op_args<double>&) {}
+// No gradient at all: buffers this backward was to write first are left at zero.
+void skip(const ops::op_args<double>& a) {
+  for (std::size_t i = 0; i < a.din.size(); ++i)
+    if (a.din[i] && a.fresh(static_cast<int>(i))) std::fill(a.din[i], a.din[i] + a.in_dims[i].size(), 0.0);
+}
 }  // namespace
 
 scoped_corruption::scoped_corruption(op_kind kind, corruption how) : kind_(kind) {

@@ -22,8 +22,10 @@ void reshape_kernel<T>::backward(const op_args<T>& a) {
   T* dx = a.grad(0);
   if (!dx) return;
   const T* dy = a.dout;
-  for_chunks(a.out_dims.size(), 1 << 15, [&](std::int64_t b, std::int64_t e) {
-    for (std::int64_t i = b; i < e; ++i) dx[i] += dy[i];
+  with_fresh(a.fresh(0), [&](auto fresh) {
+    for_chunks(a.out_dims.size(), 1 << 15, [&](std::int64_t b, std::int64_t e) {
+      for (std::int64_t i = b; i < e; ++i) put<fresh()>(dx[i], dy[i]);
+    });
   });
 }
 
@@ -80,8 +82,10 @@ void transpose_kernel<T>::backward(const op_args<T>& a) {
   if (!dx) return;
   const T* dy = a.dout;
   // each element of dx is written by exactly one row, so rows can run in parallel
-  for_each_row(a, [&](std::int64_t yo, std::int64_t xo, std::int64_t xs, std::int64_t len) {
-    for (std::int64_t j = 0; j < len; ++j) dx[xo + j * xs] += dy[yo + j];
+  with_fresh(a.fresh(0), [&](auto fresh) {
+    for_each_row(a, [&](std::int64_t yo, std::int64_t xo, std::int64_t xs, std::int64_t len) {
+      for (std::int64_t j = 0; j < len; ++j) put<fresh()>(dx[xo + j * xs], dy[yo + j]);
+    });
   });
 }
 

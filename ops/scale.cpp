@@ -20,8 +20,10 @@ void scale_kernel<T>::backward(const op_args<T>& a) {
   if (!dx) return;
   const T c = static_cast<T>(a.node->fattr[0]);
   const T* dy = a.dout;
-  for_chunks(a.out_dims.size(), 1 << 14, [&](std::int64_t b, std::int64_t e) {
-    for (std::int64_t i = b; i < e; ++i) dx[i] += c * dy[i];
+  with_fresh(a.fresh(0), [&](auto fresh) {
+    for_chunks(a.out_dims.size(), 1 << 14, [&](std::int64_t b, std::int64_t e) {
+      for (std::int64_t i = b; i < e; ++i) put<fresh()>(dx[i], c * dy[i]);
+    });
   });
 }
 

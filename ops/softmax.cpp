@@ -40,14 +40,16 @@ void softmax_kernel<T>::backward(const op_args<T>& a) {
   const std::int64_t rows = n ? a.out_dims.size() / n : 0;
   const T* y = a.out;
   const T* dy = a.dout;
-  for_chunks(rows, grain_for(4 * n), [&](std::int64_t r0, std::int64_t r1) {
-    for (std::int64_t r = r0; r < r1; ++r) {
-      const T* yr = y + r * n;
-      const T* dyr = dy + r * n;
-      T* dxr = dx + r * n;
-      const T dot = lane_dot(dyr, yr, n);
-      for (std::int64_t j = 0; j < n; ++j) dxr[j] += yr[j] * (dyr[j] - dot);
-    }
+  with_fresh(a.fresh(0), [&](auto fresh) {
+    for_chunks(rows, grain_for(4 * n), [&](std::int64_t r0, std::int64_t r1) {
+      for (std::int64_t r = r0; r < r1; ++r) {
+        const T* yr = y + r * n;
+        const T* dyr = dy + r * n;
+        T* dxr = dx + r * n;
+        const T dot = lane_dot(dyr, yr, n);
+        for (std::int64_t j = 0; j < n; ++j) put<fresh()>(dxr[j], yr[j] * (dyr[j] - dot));
+      }
+    });
   });
 }
 
