@@ -1,0 +1,121 @@
+// Streaming generation through the KV cache with the translation model of examples/translate:
+// each word is printed as it is produced, then tokens/s and the cache's memory. Greedy by
+// default; --temperature T [--top-k K] [--seed S] samples instead (reproducibly for a seed).
+//
+//   generate [--checkpoint out/translate/checkpoint.safetensors] [--temperature T] [--top-k K]
+//            [--seed S] [--threads N] [number ...]
+//
+// Without a checkpoint (run examples/translate first to make one), it trains the model for
+// --train-steps steps (default 1500, about a minute) before generating.
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "loom/io/checkpoint.hpp"
+#include "loom/train/trainer.hpp"
+#include "translation.hpp"
+
+using namespace loom;
+using namespace translation;
+
+namespace {
+constexpr auto cfg = config<0.0>;
+using eval_model = nn::seq2seq<cfg, nn::eval_mode>;
+using decode_model = nn::seq2seq<cfg, nn::decode_mode>;
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string checkpoint = "out/translate/checkpoint.safetensors";
+  double temperature = 0;
+  int top_k = 0, threads = 0;
+  long train_steps = 1500;
+  std::uint64_t seed = 1;
+  std::vector<std::string> numbers;
+  for (int i = 1; i < argc; ++i) {
+    auto arg = [&](const char* name) { return !std::strcmp(argv[i], name) && i + 1 < argc; };
+    if (arg("--checkpoint")) checkpoint = argv[++i];
+    else if (arg("--temperature")) temperature = std::stod(argv[++i]);
+    else if (arg("--top-k")) top_k = std::stoi(argv[++i]);
+    else if (arg("--seed")) seed = std::stoull(argv[++i]);
+    else if (arg("--threads")) threads = std::stoi(argv[++i]);
+    else if (arg("--train-steps")) train_steps = std::stol(argv[++i]);
+    else if (argv[i][0] != '-' && std::strspn(argv[i], "0123456789") == std::strlen(argv[i]) && std::strlen(argv[i]) <= 9)
+      numbers.emplace_back(argv[i]);
+    else {
+      std::fprintf(stderr,
+                   "usage: %s [--checkpoint FILE] [--temperature T] [--top-k K] [--seed S] [--threads N] "
+                   "[--train-steps N] [number (up to 9 digits) ...]\n",
+                   argv[0]);
+      return 2;
+    }
+  }
+  if (numbers.empty()) numbers = {"4071", "19", "700000", "123456789", "80808080"};
+
+  const task t(999'999'999, 60'000, 10, 10, 1);
+  auto step_graph = make_graph(decode_model::logits());
+  auto memory_graph = std::apply([](auto... m) { return make_graph(m...); }, eval_model::cross_memory());
+  auto train_graph = make_graph(nn::seq2seq<cfg, nn::train_mode>::loss<pad, 0.1>());
+  auto params = train_graph.make_params<float>(1);
+
+  if (std::filesystem::exists(checkpoint)) {
+    load_checkpoint(checkpoint, params);
+    std::printf("loaded %s\n", checkpoint.c_str());
+  } else {
+    std::printf("no checkpoint at %s: training for %ld steps first (examples/translate trains the full model)\n",
+                checkpoint.c_str(), train_steps);
+    auto run = train_graph.executor<float>(params, {.threads = threads});
+    adam<float> opt(params, {.lr = 1e-3});
+    opt.set_schedule(warmup_cosine(1e-3, train_steps / 20, train_steps, 2e-5));
+    trainer_options options;
+    options.total_steps = train_steps;
+    trainer<float> tr(run, params, opt, options);
+    for (long s = 1; s <= train_steps; ++s) {
+      auto b = t.train_batch(s, 64, 1);
+      tr.step({{"src", b.src}, {"src_len", b.src_len}, {"tgt", b.tgt}, {"target", b.target}}, label_tokens(b));
+    }
+    tr.finish();
+  }
+
+  auto memory = memory_graph.executor<float>(params, {.threads = threads, .inference = true});
+  auto step = step_graph.executor<float>(params, {.threads = threads, .inference = true});
+  const auto memory_names = decode_model::memory_inputs();
+  std::printf("%s decoding, %s\n\n", temperature > 0 ? "sampled" : "greedy",
+              temperature > 0 ? ("temperature " + std::to_string(temperature) + ", top-k " + std::to_string(top_k) +
+                                 ", seed " + std::to_string(seed))
+                                    .c_str()
+                              : "one token per step through the KV cache");
+  long total_tokens = 0;
+  double total_seconds = 0;
+  for (const auto& number : numbers) {
+    std::vector<translation_pair> one{{number, ""}};
+    std::vector<std::size_t> idx{0};
+    auto b = make_batch(one, idx, t.source, t.target);
+    memory.forward({{"src", b.src}, {"src_len", b.src_len}});  // the encoder, once per source
+    std::vector<feed> extra{{"src_len", b.src_len}};
+    for (std::size_t k = 0; k < memory_names.size(); ++k)
+      extra.emplace_back(memory_names[k], memory.output(static_cast<int>(k)));
+    nn::kv_cache<float> cache(decode_model::cached_layers(), 1, cfg.heads, cfg.d_model / cfg.heads, 32);
+    std::printf("  %-10s ->", number.c_str());
+    std::fflush(stdout);
+    auto r = nn::generate(step, cache, {{bos}},
+                          {.max_new_tokens = 24, .temperature = temperature, .top_k = top_k, .seed = seed, .eos = eos,
+                           .pad = pad, .tokens_input = "tgt", .first_input = ""},
+                          extra, [&](std::size_t, int token) {
+                            if (token != eos) std::printf(" %s", t.target.token(token).c_str());
+                            std::fflush(stdout);
+                          });
+    const double seconds = r.prefill_seconds + r.decode_seconds;
+    const long tokens = static_cast<long>(r.tokens[0].size());
+    std::printf("   [%ld tokens, %.0f tokens/s, cache %.1f KiB for %lld of %lld positions]\n", tokens,
+                static_cast<double>(tokens) / seconds, static_cast<double>(cache.bytes()) / 1024.0,
+                static_cast<long long>(cache.length()), static_cast<long long>(cache.capacity()));
+    total_tokens += tokens;
+    total_seconds += seconds;
+  }
+  std::printf("\n%ld tokens in %.2f ms: %.0f tokens/s\n", total_tokens, total_seconds * 1e3,
+              static_cast<double>(total_tokens) / total_seconds);
+  return 0;
+}
