@@ -53,7 +53,18 @@ struct dim_expr {
   std::array<std::string_view, max_dim_terms> syms{};
 
   constexpr bool is_fixed() const { return n_syms == 0; }
-  friend constexpr bool operator==(const dim_expr&, const dim_expr&) = default;
+  // Written out by hand: GCC 12 rejects the defaulted comparison of the string_view array in
+  // constant expressions when compiling with sanitizers.
+  friend constexpr bool operator==(const dim_expr& a, const dim_expr& b) {
+    if (a.constant != b.constant || a.n_syms != b.n_syms) return false;
+    for (int k = 0; k < a.n_syms; ++k) {
+      const std::string_view x = a.syms[static_cast<std::size_t>(k)], y = b.syms[static_cast<std::size_t>(k)];
+      if (x.size() != y.size()) return false;
+      for (std::size_t c = 0; c < x.size(); ++c)
+        if (x[c] != y[c]) return false;
+    }
+    return true;
+  }
 };
 
 namespace detail {

@@ -111,6 +111,7 @@ constexpr std::uint64_t hash_desc(const node_desc& d) {
   for (long a : d.iattr) h = fnv(h, static_cast<std::uint64_t>(a));
   for (double f : d.fattr) h = fnv(h, std::bit_cast<std::uint64_t>(f));
   for (const auto& e : d.dattr) h = fnv(h, e);
+  h = fnv(h, static_cast<std::uint64_t>(d.init));
   return h;
 }
 }  // namespace detail

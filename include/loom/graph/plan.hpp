@@ -44,15 +44,38 @@ struct plan_view {
 
 namespace detail {
 
-/// Open-addressing map from descriptor address to topological index, usable in constexpr.
+/// Whether two descriptors describe the same node: the same op, attributes, dims and name,
+/// and inputs with the same structural hashes. Node identity in the plan is structural
+/// (a Merkle hash, then this check) rather than by address: GCC cannot compare the addresses
+/// of descriptors in constant expressions under -fsanitize=address, and two node types with
+/// the same structure (say, a bool and a uint8_t mask input of one name) are one node anyway.
+constexpr bool same_node(const node_desc& a, const node_desc& b) {
+  if (a.hash != b.hash || a.kind != b.kind || a.elem != b.elem || a.name != b.name || a.rank != b.rank ||
+      a.init != b.init || a.inputs.size() != b.inputs.size())
+    return false;
+  for (int i = 0; i < a.rank; ++i)
+    if (!(a.dims[i] == b.dims[i])) return false;
+  for (std::size_t i = 0; i < a.iattr.size(); ++i)
+    if (a.iattr[i] != b.iattr[i]) return false;
+  for (std::size_t i = 0; i < a.fattr.size(); ++i)
+    if (a.fattr[i] != b.fattr[i]) return false;
+  for (std::size_t i = 0; i < a.dattr.size(); ++i)
+    if (!(a.dattr[i] == b.dattr[i])) return false;
+  for (std::size_t i = 0; i < a.inputs.size(); ++i)
+    if (a.inputs[i]->hash != b.inputs[i]->hash) return false;
+  return true;
+}
+
+/// Open-addressing map from node (by structure, see same_node) to topological index, usable
+/// in constexpr.
 class desc_index {
  public:
-  constexpr desc_index() : keys_(64, nullptr), vals_(64, -1) {}
+  constexpr desc_index() : keys_(64, nullptr), vals_(64, -1), used_(64, 0) {}
   constexpr int find(const node_desc* d) const {
     std::size_t mask = keys_.size() - 1;
     for (std::size_t i = d->hash & mask;; i = (i + 1) & mask) {
-      if (keys_[i] == d) return vals_[i];
-      if (keys_[i] == nullptr) return -1;
+      if (!used_[i]) return -1;
+      if (same_node(*keys_[i], *d)) return vals_[i];
     }
   }
   constexpr void insert(const node_desc* d, int v) {
@@ -63,7 +86,7 @@ class desc_index {
   constexpr void set(const node_desc* d, int v) {
     std::size_t mask = keys_.size() - 1;
     for (std::size_t i = d->hash & mask;; i = (i + 1) & mask)
-      if (keys_[i] == d) {
+      if (used_[i] && same_node(*keys_[i], *d)) {
         vals_[i] = v;
         return;
       }
@@ -73,20 +96,24 @@ class desc_index {
   constexpr void place(const node_desc* d, int v) {
     std::size_t mask = keys_.size() - 1;
     std::size_t i = d->hash & mask;
-    while (keys_[i] != nullptr) i = (i + 1) & mask;
+    while (used_[i]) i = (i + 1) & mask;
     keys_[i] = d;
     vals_[i] = v;
+    used_[i] = 1;
   }
   constexpr void grow() {
     std::vector<const node_desc*> old_keys = std::move(keys_);
     std::vector<int> old_vals = std::move(vals_);
+    std::vector<unsigned char> old_used = std::move(used_);
     keys_.assign(old_keys.size() * 2, nullptr);
     vals_.assign(old_keys.size() * 2, -1);
+    used_.assign(old_keys.size() * 2, 0);
     for (std::size_t i = 0; i < old_keys.size(); ++i)
-      if (old_keys[i] != nullptr) place(old_keys[i], old_vals[i]);
+      if (old_used[i]) place(old_keys[i], old_vals[i]);
   }
   std::vector<const node_desc*> keys_;
   std::vector<int> vals_;
+  std::vector<unsigned char> used_;
   std::size_t count_ = 0;
 };
 
