@@ -101,6 +101,8 @@ struct executor<T>::impl {
   dag fwd, bwd;
   std::vector<std::vector<int>> zero_before;  // gradients a backward task zeroes before it runs
   std::vector<std::vector<std::uint8_t>> fresh;  // per node and input: first contribution (op_args::din_fresh)
+  std::vector<int> view_of;                 // reshape nodes: the node whose buffer they share
+  std::vector<std::uint8_t> grad_view;      // 1 when a view also shares its input's gradient
   std::vector<std::vector<std::pair<int, int>>> input_uses;  // per input node: (consumer, position)
 
   // state of the last successful bind
@@ -134,6 +136,18 @@ struct executor<T>::impl {
       index.emplace(d, i);
       leaf[i] = is_leaf(d);
       needs_grad[i] = !opts.inference && (plan.from_param[i] || (opts.input_grads && plan.from_input[i]));
+    }
+    // reshape nodes are views: their value is their input's buffer, and so is their gradient
+    // when they are its only consumer (then dx = dy is the same memory)
+    view_of.assign(n, -1);
+    grad_view.assign(n, 0);
+    for (int i = 0; i < n; ++i) {
+      if (plan.order[i]->kind != op_kind::reshape) continue;
+      const int x = plan.inputs(i)[0];
+      view_of[i] = x;
+      bool x_is_root = false;
+      for (int r : plan.roots) x_is_root = x_is_root || r == x;
+      grad_view[i] = needs_grad[i] && needs_grad[x] && plan.consumers(x).size() == 1 && !x_is_root;
     }
     build_schedules();
     input_uses.assign(n, {});
@@ -174,6 +188,16 @@ struct executor<T>::impl {
       if (materialize[i]) continue;  // its arena copy is refreshed by forward()
       val[i] = f.data();
       for (auto [c, pos] : input_uses[i]) in_ptr[c][pos] = val[i];
+    }
+    // views of inputs follow their input's new address
+    for (int i = 0; i < n; ++i) {
+      if (view_of[i] < 0 || val[i] == val[view_of[i]]) continue;
+      val[i] = val[view_of[i]];
+      for (int c : plan.consumers(i)) {
+        auto ins = plan.inputs(c);
+        for (std::size_t pos = 0; pos < ins.size(); ++pos)
+          if (ins[pos] == i) in_ptr[c][pos] = val[i];
+      }
     }
   }
 
@@ -391,6 +415,9 @@ struct executor<T>::impl {
           if (f.name() == d->name) val[i] = f.data();
         if (materialize[i]) val[i] = mem.get() + off_val[i];  // filled at the start of forward()
         if (needs_grad[i]) grad[i] = mem.get() + off_grad[i];
+      } else if (view_of[i] >= 0) {
+        val[i] = val[view_of[i]];
+        if (needs_grad[i]) grad[i] = grad_view[i] ? grad[view_of[i]] : mem.get() + off_grad[i];
       } else {
         val[i] = mem.get() + off_val[i];
         if (needs_grad[i]) grad[i] = mem.get() + off_grad[i];
@@ -425,8 +452,8 @@ struct executor<T>::impl {
     std::vector<std::int64_t> want_val(n, 0), want_grad(n, 0);
     for (int i = 0; i < n; ++i) {
       bool input = plan.order[i]->kind == op_kind::input;
-      if (!leaf[i] || materialize[i]) want_val[i] = aligned(dims[i].size());
-      if ((!leaf[i] || input) && needs_grad[i]) want_grad[i] = aligned(dims[i].size());
+      if ((!leaf[i] && view_of[i] < 0) || materialize[i]) want_val[i] = aligned(dims[i].size());
+      if ((!leaf[i] || input) && needs_grad[i] && !grad_view[i]) want_grad[i] = aligned(dims[i].size());
     }
     if (!grow)
       for (int i = 0; i < n; ++i) grow = grow || want_val[i] > cap_val[i] || want_grad[i] > cap_grad[i];
