@@ -29,23 +29,28 @@ void positional_encoding_kernel<T>::forward(const op_args<T>& a) {
   std::vector<double> timescale(static_cast<std::size_t>(d));
   for (std::int64_t j = 0; j < d; ++j)
     timescale[static_cast<std::size_t>(j)] = std::pow(10000.0, static_cast<double>(j - j % 2) / static_cast<double>(d));
-  // the table PE[0 .. max position], computed once per call (positions repeat across a batch)
-  std::int64_t max_pos = t - 1;
-  if (given)
-    for (std::int64_t r = 0; r < rows; ++r) max_pos = std::max<std::int64_t>(max_pos, pos[r]);
-  std::vector<T> table(static_cast<std::size_t>((max_pos + 1) * d));
-  for_chunks(max_pos + 1, grain_for(16 * d), [&](std::int64_t p0, std::int64_t p1) {
-    for (std::int64_t p = p0; p < p1; ++p)
-      for (std::int64_t j = 0; j < d; ++j) {
-        const double angle = static_cast<double>(p) / timescale[static_cast<std::size_t>(j)];
-        table[static_cast<std::size_t>(p * d + j)] = static_cast<T>(j % 2 == 0 ? std::sin(angle) : std::cos(angle));
-      }
-  });
+  auto pe_value = [&](std::int64_t p, std::int64_t j) {
+    const double angle = static_cast<double>(p) / timescale[static_cast<std::size_t>(j)];
+    return static_cast<T>(j % 2 == 0 ? std::sin(angle) : std::cos(angle));
+  };
   const T* x = a.input(0);
   T* y = a.out;
+  if (given) {  // one row of PE per row of x (decoding: a few rows at high positions)
+    for_chunks(rows, grain_for(16 * d), [&](std::int64_t r0, std::int64_t r1) {
+      for (std::int64_t r = r0; r < r1; ++r)
+        for (std::int64_t j = 0; j < d; ++j) y[r * d + j] = x[r * d + j] + pe_value(pos[r], j);
+    });
+    return;
+  }
+  // positions 0..T−1 in every sequence: the table PE[0 .. T−1] once, shared by the batch
+  std::vector<T> table(static_cast<std::size_t>(t * d));
+  for_chunks(t, grain_for(16 * d), [&](std::int64_t p0, std::int64_t p1) {
+    for (std::int64_t p = p0; p < p1; ++p)
+      for (std::int64_t j = 0; j < d; ++j) table[static_cast<std::size_t>(p * d + j)] = pe_value(p, j);
+  });
   for_chunks(rows, grain_for(d), [&](std::int64_t r0, std::int64_t r1) {
     for (std::int64_t r = r0; r < r1; ++r) {
-      const T* pe = table.data() + (given ? pos[r] : r % t) * d;
+      const T* pe = table.data() + (r % t) * d;
       for (std::int64_t j = 0; j < d; ++j) y[r * d + j] = x[r * d + j] + pe[j];
     }
   });
