@@ -1,0 +1,445 @@
+// loom's half of the side-by-side benchmark with PyTorch (scripts/bench_vs_torch runs both
+// and prints the table). Every case runs in float32 at a given thread count; the PyTorch half
+// (scripts/bench_vs_torch.py --torch-case) runs the same shapes, data and timing protocol.
+//
+//   mha_fwd_*, mha_fwdbwd_*   nn::self_attention forward (inference executor), and forward +
+//                             backward of sum(out), for four (B, T, d, h)
+//   tiny_train, small_train   one training step of nn::seq2seq<C, train_mode>::loss<0>() with
+//                             loom::adam: forward, cross-entropy, backward, Adam step; also the
+//                             peak RSS and the loss over the timed steps (it must decrease)
+//   decode                    greedy generation of 128 tokens through the KV cache (nn::generate,
+//                             nn::language_model<C, decode_mode>), ms per token after the prefill
+//   sgemm                     the BLAS ceiling: 1024³ sgemm through loom's own BLAS entry
+//                             (ops::gemm, one thread per call), N concurrent calls for N threads
+//
+// Timing: warm-up (at least 3 calls and 0.3 s; --quick: 1 call and 0.05 s), then the median of
+// 7 (--quick, a smoke run: 3) repetitions of k calls each, k chosen from the median warm-up call
+// so that a repetition lasts about 0.2 s (--quick: 0.03 s). Wall time (std::chrono::steady_clock).
+//
+//   bench_vs_torch [--case NAME] [--threads N] [--json] [--quick] [--list]
+//
+// Without --case, runs every case and prints a table; with --json, prints one JSON line per case.
+#include <oneapi/tbb/global_control.h>
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <barrier>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "../ops/blas.hpp"  // loom's BLAS entry point (private to the library; linked in loom::loom)
+#include "loom/loom.hpp"
+#include "loom/nn/attention.hpp"
+#include "loom/nn/generate.hpp"
+#include "loom/nn/kv_cache.hpp"
+#include "loom/nn/transformer.hpp"
+#include "loom/train/optim.hpp"
+
+using namespace loom;
+using clock_type = std::chrono::steady_clock;
+
+namespace {
+
+struct settings {
+  int threads = 1;
+  bool quick = false;
+  int warmup_calls() const { return quick ? 1 : 3; }
+  double warmup_seconds() const { return quick ? 0.05 : 0.3; }
+  int repetitions() const { return quick ? 3 : 7; }
+  double repetition_seconds() const { return quick ? 0.03 : 0.2; }
+};
+
+/// One JSON object, built field by field (numbers, lists of numbers and plain strings).
+struct json_line {
+  std::string body;
+  std::vector<std::pair<std::string, double>> numbers;  // for get()
+
+  json_line& num(const std::string& key, double v) {
+    numbers.emplace_back(key, v);
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "%.9g", std::isfinite(v) ? v : 0.0);
+    return raw(key, buf);
+  }
+  json_line& str(const std::string& key, const std::string& v) { return raw(key, "\"" + v + "\""); }
+  json_line& list(const std::string& key, const std::vector<double>& v) {
+    std::string s = "[";
+    for (std::size_t i = 0; i < v.size(); ++i) {
+      char buf[64];
+      std::snprintf(buf, sizeof buf, "%s%.9g", i ? ", " : "", v[i]);
+      s += buf;
+    }
+    return raw(key, s + "]");
+  }
+  json_line& raw(const std::string& key, const std::string& v) {
+    body += (body.empty() ? "" : ", ") + ("\"" + key + "\": ") + v;
+    return *this;
+  }
+  /// A number set with num(), NaN if absent.
+  double get(const std::string& key) const {
+    for (const auto& [k, v] : numbers)
+      if (k == key) return v;
+    return NAN;
+  }
+};
+
+double seconds_between(clock_type::time_point a, clock_type::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const std::size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/// CPU seconds (user + system) of the whole process so far.
+double cpu_seconds() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
+         1e-6 * static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec);
+}
+
+/// Peak resident set size of the process so far, in MiB.
+double peak_rss_mib() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return static_cast<double>(u.ru_maxrss) / 1024.0;  // Linux: KiB
+}
+
+/// What time_calls() measured: seconds per call of each repetition, and so on.
+struct timing {
+  std::vector<double> reps;  // seconds per call, one per repetition
+  int iters = 0;             // calls per repetition
+  int warmup_calls = 0;
+  double cpu_per_wall = 0;  // CPU time over wall time while timed (≈ the number of busy threads)
+
+  json_line json() const {
+    json_line j;
+    j.num("median_s", median(reps)).num("min_s", *std::min_element(reps.begin(), reps.end()));
+    j.num("iters", iters).num("warmup_calls", warmup_calls).list("reps_s", reps).num("cpu_per_wall", cpu_per_wall);
+    return j;
+  }
+};
+
+/// Warm-up, then s.repetitions() repetitions of `iters` calls of `call` (see the top).
+timing time_calls(const settings& s, const std::function<void()>& call) {
+  timing t;
+  const auto w0 = clock_type::now();
+  std::vector<double> warm;  // seconds of each warm-up call
+  while (t.warmup_calls < s.warmup_calls() || seconds_between(w0, clock_type::now()) < s.warmup_seconds()) {
+    const auto c0 = clock_type::now();
+    call();
+    warm.push_back(seconds_between(c0, clock_type::now()));
+    ++t.warmup_calls;
+  }
+  if (warm.size() > 1) warm.erase(warm.begin());  // the first call allocates and faults pages in
+  const double per_call = median(warm);
+  t.iters = std::max(1, static_cast<int>(std::lround(s.repetition_seconds() / per_call)));
+  const double cpu0 = cpu_seconds();
+  const auto t_all = clock_type::now();
+  for (int r = 0; r < s.repetitions(); ++r) {
+    const auto t0 = clock_type::now();
+    for (int i = 0; i < t.iters; ++i) call();
+    t.reps.push_back(seconds_between(t0, clock_type::now()) / t.iters);
+  }
+  t.cpu_per_wall = (cpu_seconds() - cpu0) / seconds_between(t_all, clock_type::now());
+  return t;
+}
+
+tensor<float> random_tensor(dims_t dims, std::uint64_t seed) {
+  rng gen(seed);
+  tensor<float> t(dims);
+  for (float& v : t.values()) v = static_cast<float>(gen.uniform(-1, 1));
+  return t;
+}
+
+/// The token generator shared with the PyTorch side (scripts/bench_vs_torch.py, `lcg`): a
+/// 64-bit LCG (Knuth's MMIX constants), ids 3 + (state >> 33) mod (vocab − 3), i.e. in [3, vocab).
+struct lcg {
+  std::uint64_t state;
+  int next_id(long vocab) {
+    state = state * 6364136223846793005ULL + 1442695040888963407ULL;
+    return 3 + static_cast<int>((state >> 33) % static_cast<std::uint64_t>(vocab - 3));
+  }
+};
+
+// ---------------------------------------------------------------- multi-head attention
+
+/// GEMM FLOPs of multi-head self-attention forward (one multiply-add = 2 FLOPs): QKV
+/// projection 2·B·T·d·3d, scores 2·B·T·T·d, weights·V 2·B·T·T·d, out projection 2·B·T·d·d.
+/// Forward + backward counts 3× this (two GEMMs per forward GEMM in the backward).
+double mha_flop(double B, double T, double d) {
+  return 2 * B * T * d * 3 * d + 4 * B * T * T * d + 2 * B * T * d * d;
+}
+
+template <long D>
+auto x_input() {
+  return input<"x", shape<dyn<"B">, dyn<"T">, fix<D>>>();
+}
+
+template <long D, int H>
+json_line mha_forward(const settings& s, std::int64_t b, std::int64_t t) {
+  auto g = make_graph(nn::self_attention<"attn", H>(x_input<D>()));  // [B, T, d]
+  auto params = g.template make_params<float>(42);
+  auto run = g.template executor<float>(params, {.threads = s.threads, .inference = true});
+  const auto x = random_tensor({b, t, D}, 7);
+  auto j = time_calls(s, [&] { run.forward({{"x", x}}); }).json();
+  return j.num("flop", mha_flop(static_cast<double>(b), static_cast<double>(t), D));
+}
+
+template <long D, int H>
+json_line mha_forward_backward(const settings& s, std::int64_t b, std::int64_t t) {
+  auto g = make_graph(sum(nn::self_attention<"attn", H>(x_input<D>())));  // backward of sum(out)
+  auto params = g.template make_params<float>(42);
+  auto run = g.template executor<float>(params, {.threads = s.threads});
+  const auto x = random_tensor({b, t, D}, 7);
+  const auto timed = time_calls(s, [&] {
+    run.forward({{"x", x}});
+    run.backward();
+  });
+  auto j = timed.json();
+  return j.num("flop", 3 * mha_flop(static_cast<double>(b), static_cast<double>(t), D));
+}
+
+// ---------------------------------------------------------------- training step
+
+constexpr nn::transformer_config tiny_cfg{
+    .d_model = 64, .heads = 4, .ffn = 256, .encoder_layers = 2, .decoder_layers = 2, .src_vocab = 32, .tgt_vocab = 32};
+constexpr nn::transformer_config small_cfg{.d_model = 256,
+                                           .heads = 8,
+                                           .ffn = 1024,
+                                           .encoder_layers = 3,
+                                           .decoder_layers = 3,
+                                           .src_vocab = 1000,
+                                           .tgt_vocab = 1000};
+
+/// GEMM FLOPs of one encoder–decoder forward (biases, norms, softmax, embeddings left out):
+///   encoder layer:  2·B·S·d·(3d + d + 2f) + 4·B·S²·d           (QKV, out, FFN; scores, weights·V)
+///   decoder layer:  2·B·T·d·(3d + d + 2f) + 4·B·T²·d            (self-attention, FFN)
+///                 + 2·B·T·d·2d + 2·B·S·d·2d + 4·B·T·S·d         (cross: Q and out, K and V; scores, weights·V)
+///   generator:      2·B·T·d·V
+/// A training step counts 3× this (the backward does two GEMMs per forward GEMM); Adam is not counted.
+double seq2seq_flop(const nn::transformer_config& c, double B, double S, double T) {
+  const double d = static_cast<double>(c.d_model), f = static_cast<double>(c.ffn);
+  const double enc = 2 * B * S * d * (4 * d + 2 * f) + 4 * B * S * S * d;
+  const double dec = 2 * B * T * d * (4 * d + 2 * f) + 4 * B * T * T * d + 2 * B * T * d * 2 * d +
+                     2 * B * S * d * 2 * d + 4 * B * T * S * d;
+  return static_cast<double>(c.encoder_layers) * enc + static_cast<double>(c.decoder_layers) * dec +
+         2 * B * T * d * static_cast<double>(c.tgt_vocab);
+}
+
+template <nn::transformer_config C>
+json_line train_step(const settings& s, std::int64_t b, std::int64_t len) {
+  // the batch: src [B, S] and y [B, T] from the shared LCG; tgt = BOS (1), y[:-1]; target = y
+  lcg gen{1234};
+  tensor<std::int32_t> src(dims_t{b, len}), tgt(dims_t{b, len}), target(dims_t{b, len}), src_len(dims_t{b});
+  for (auto& v : src.values()) v = gen.next_id(C.src_vocab);
+  for (auto& v : target.values()) v = gen.next_id(C.tgt_vocab);
+  for (std::int64_t i = 0; i < b; ++i) {
+    src_len[i] = static_cast<std::int32_t>(len);  // every source position valid
+    tgt[i * len] = 1;
+    for (std::int64_t t = 1; t < len; ++t) tgt[i * len + t] = target[i * len + t - 1];
+  }
+
+  const double rss_before = peak_rss_mib();  // the process baseline, just before building the model
+  auto g = make_graph(nn::seq2seq<C, nn::train_mode>::template loss<0>());
+  auto params = g.template make_params<float>(1);
+  auto run = g.template executor<float>(params, {.threads = s.threads});
+  adam<float> opt(params, {.lr = 1e-3});
+  std::vector<double> losses;
+  const auto t = time_calls(s, [&] {
+    run.forward({{"src", src}, {"src_len", src_len}, {"tgt", tgt}, {"target", target}});
+    losses.push_back(run.output()[0]);
+    run.backward();
+    opt.step();
+  });
+  auto j = t.json();
+  const double flop = 3 * seq2seq_flop(C, static_cast<double>(b), static_cast<double>(len), static_cast<double>(len));
+  j.num("flop", flop).num("loss_first", losses.front());
+  j.num("loss_timed_first", losses.at(static_cast<std::size_t>(t.warmup_calls)));
+  j.num("loss_last", losses.back()).num("steps", static_cast<double>(losses.size()));
+  j.num("rss_baseline_mib", rss_before).num("rss_peak_mib", peak_rss_mib());
+  j.num("params", static_cast<double>(params.numel()));
+  j.num("arena_mib", static_cast<double>(run.arena_bytes()) / (1 << 20));  // the executor's value and gradient buffers
+  return j;
+}
+
+// ---------------------------------------------------------------- decoding
+
+constexpr nn::transformer_config lm_cfg{
+    .d_model = 256, .heads = 8, .ffn = 1024, .decoder_layers = 2, .tgt_vocab = 1000};
+
+json_line decode(const settings& s) {
+  constexpr int prompt_len = 16, new_tokens = 128;
+  using step_model = nn::language_model<lm_cfg, nn::decode_mode>;
+  auto full = make_graph(nn::language_model<lm_cfg, nn::eval_mode>::logits());  // for the parameter set
+  auto step = make_graph(step_model::logits());
+  auto params = full.make_params<float>(1);
+  auto run = step.executor<float>(params, {.threads = s.threads, .inference = true});
+  lcg gen{99};
+  std::vector<int> prompt;
+  for (int i = 0; i < prompt_len; ++i) prompt.push_back(gen.next_id(lm_cfg.tgt_vocab));
+  nn::kv_cache<float> cache(step_model::cached_layers(), 1, lm_cfg.heads, lm_cfg.d_model / lm_cfg.heads,
+                            prompt_len + new_tokens);
+  const nn::generate_options o{.max_new_tokens = new_tokens};
+
+  const auto w0 = clock_type::now();  // warm-up, as time_calls()
+  for (int w = 0; w < s.warmup_calls() || seconds_between(w0, clock_type::now()) < s.warmup_seconds(); ++w)
+    nn::generate(run, cache, {prompt}, o);
+  std::vector<double> per_token, prefill, total;
+  nn::generate_result last;
+  const double cpu0 = cpu_seconds();
+  const auto t0 = clock_type::now();
+  for (int r = 0; r < s.repetitions(); ++r) {
+    last = nn::generate(run, cache, {prompt}, o);
+    per_token.push_back(last.decode_seconds / static_cast<double>(last.steps));
+    prefill.push_back(last.prefill_seconds);
+    total.push_back(last.prefill_seconds + last.decode_seconds);
+  }
+  const double cpu_per_wall = (cpu_seconds() - cpu0) / seconds_between(t0, clock_type::now());
+  const auto& toks = last.tokens.at(0);
+  const bool valid = static_cast<int>(toks.size()) == new_tokens &&
+                     std::all_of(toks.begin(), toks.end(), [](int t) { return t >= 0 && t < lm_cfg.tgt_vocab; });
+  json_line j;
+  j.num("median_s", median(per_token)).num("min_s", *std::min_element(per_token.begin(), per_token.end()));
+  j.list("reps_s", per_token).num("prefill_s", median(prefill)).num("total_s", median(total));
+  j.num("cpu_per_wall", cpu_per_wall);
+  j.num("tokens", static_cast<double>(toks.size())).num("steps", static_cast<double>(last.steps));
+  j.num("tokens_valid", valid ? 1 : 0).num("first_tokens_0", toks.empty() ? -1 : toks[0]);
+  return j;
+}
+
+// ---------------------------------------------------------------- BLAS ceiling
+
+/// `threads` concurrent 1024³ sgemm calls through ops::gemm, each on its own matrices.
+json_line sgemm_ceiling(const settings& s) {
+  constexpr std::int64_t n = 1024;
+  const int k = s.threads;
+  std::vector<tensor<float>> a, b, c;
+  for (int i = 0; i < k; ++i) {
+    a.push_back(random_tensor({n, n}, 10 + static_cast<std::uint64_t>(i)));
+    b.push_back(random_tensor({n, n}, 20 + static_cast<std::uint64_t>(i)));
+    c.emplace_back(dims_t{n, n});
+  }
+  auto one = [&](int i) {
+    ops::gemm<float>(false, false, n, n, n, 1.0f, a[i].data(), n, b[i].data(), n, 0.0f, c[i].data(), n);
+  };
+  // the calls of one "call" of time_calls run concurrently, on k threads started once
+  std::barrier start(k), done(k);
+  bool stop = false;
+  std::vector<std::thread> workers;
+  for (int i = 1; i < k; ++i)
+    workers.emplace_back([&, i] {
+      for (;;) {
+        start.arrive_and_wait();
+        if (stop) return;
+        one(i);
+        done.arrive_and_wait();
+      }
+    });
+  const auto timed = time_calls(s, [&] {
+    start.arrive_and_wait();
+    one(0);
+    done.arrive_and_wait();
+  });
+  auto j = timed.json();
+  stop = true;
+  start.arrive_and_wait();
+  for (auto& w : workers) w.join();
+  return j.num("flop", static_cast<double>(k) * 2.0 * n * n * n);
+}
+
+// ---------------------------------------------------------------- the cases
+
+struct bench_case {
+  std::string name;
+  std::function<json_line(const settings&)> run;
+};
+
+std::vector<bench_case> cases() {
+  std::vector<bench_case> r;
+  auto mha = [&r]<long D, int H>(std::int64_t b, std::int64_t t) {
+    const std::string shape =
+        "b" + std::to_string(b) + "_t" + std::to_string(t) + "_d" + std::to_string(D) + "_h" + std::to_string(H);
+    r.push_back({"mha_fwd_" + shape, [=](const settings& s) { return mha_forward<D, H>(s, b, t); }});
+    r.push_back({"mha_fwdbwd_" + shape, [=](const settings& s) { return mha_forward_backward<D, H>(s, b, t); }});
+  };
+  mha.template operator()<64, 4>(8, 32);
+  mha.template operator()<128, 4>(8, 128);
+  mha.template operator()<256, 8>(4, 512);
+  mha.template operator()<512, 8>(1, 1024);
+  r.push_back({"tiny_train", [](const settings& s) { return train_step<tiny_cfg>(s, 32, 16); }});
+  r.push_back({"small_train", [](const settings& s) { return train_step<small_cfg>(s, 16, 64); }});
+  r.push_back({"decode", decode});
+  r.push_back({"sgemm", sgemm_ceiling});
+  return r;
+}
+
+int usage(const char* argv0) {
+  std::fprintf(stderr, "usage: %s [--case NAME] [--threads N] [--json] [--quick] [--list]\n", argv0);
+  return 2;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  settings s;
+  std::string only;
+  bool json = false;
+  for (int i = 1; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--case") && i + 1 < argc)
+      only = argv[++i];
+    else if (!std::strcmp(argv[i], "--threads") && i + 1 < argc)
+      s.threads = std::stoi(argv[++i]);
+    else if (!std::strcmp(argv[i], "--json"))
+      json = true;
+    else if (!std::strcmp(argv[i], "--quick"))
+      s.quick = true;
+    else if (!std::strcmp(argv[i], "--list")) {
+      for (const auto& c : cases()) std::printf("%s\n", c.name.c_str());
+      return 0;
+    } else
+      return usage(argv[0]);
+  }
+  if (s.threads < 1) return usage(argv[0]);
+  // Nothing in the process may run on more threads than asked (the executors' arenas are
+  // limited too; this also covers any TBB loop outside them).
+  tbb::global_control limit(tbb::global_control::max_allowed_parallelism, static_cast<std::size_t>(s.threads));
+
+  const auto all = cases();
+  if (!only.empty() && std::none_of(all.begin(), all.end(), [&](const bench_case& c) { return c.name == only; })) {
+    std::fprintf(stderr, "bench_vs_torch: no case named '%s' (--list shows them)\n", only.c_str());
+    return 2;
+  }
+  if (!json)
+    std::printf("%-28s %7s %12s %12s %10s %8s\n", "case", "threads", "median ms", "fastest ms", "GFLOP/s", "cpu/wall");
+  for (const auto& c : all) {
+    if (!only.empty() && c.name != only) continue;
+    json_line j;
+    try {
+      j = c.run(s);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "bench_vs_torch: %s: %s\n", c.name.c_str(), e.what());
+      return 1;
+    }
+    if (json) {
+      json_line head;
+      head.str("framework", "loom").str("case", c.name).num("threads", s.threads).num("quick", s.quick ? 1 : 0);
+      std::printf("{%s, %s}\n", head.body.c_str(), j.body.c_str());
+    } else {
+      const double med = j.get("median_s");
+      std::printf("%-28s %7d %12.3f %12.3f %10.1f %8.2f\n", c.name.c_str(), s.threads, med * 1e3, j.get("min_s") * 1e3,
+                  j.get("flop") / med * 1e-9, j.get("cpu_per_wall"));
+    }
+    std::fflush(stdout);
+  }
+  return 0;
+}
