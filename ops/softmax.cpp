@@ -1,14 +1,26 @@
 // softmax kernels, over the last axis.
 //   forward:  y = exp(x − max) / Σ exp(x − max); a row whose max is −∞ (fully masked) is 0.
 //   backward: dx += y ⊙ (dy − Σ_j dy_j y_j)
-#include <cmath>
-#include <limits>
+// The row loops are in softmax_rows.hpp; for float on a CPU with AVX2 + FMA they run from
+// softmax_avx2.cpp, compiled for those instructions (the baseline build is SSE2 only).
+#include <type_traits>
 
 #include "kernels.hpp"
 #include "parallel.hpp"
-#include "vmath.hpp"
+#include "softmax_rows.hpp"
 
 namespace loom::ops {
+
+void softmax_forward_rows_avx2(const float* x, float* y, std::int64_t r0, std::int64_t r1, std::int64_t n);
+void softmax_backward_rows_avx2(const float* y, const float* dy, float* dx, std::int64_t r0, std::int64_t r1,
+                                std::int64_t n, bool fresh);
+
+namespace {
+const bool has_avx2 = [] {
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+}();
+}  // namespace
 
 template <class T>
 void softmax_kernel<T>::forward(const op_args<T>& a) {
@@ -17,18 +29,9 @@ void softmax_kernel<T>::forward(const op_args<T>& a) {
   const T* x = a.input(0);
   T* y = a.out;
   for_chunks(rows, grain_for(8 * n), [&](std::int64_t r0, std::int64_t r1) {
-    for (std::int64_t r = r0; r < r1; ++r) {
-      const T* xr = x + r * n;
-      T* yr = y + r * n;
-      const T mx = lane_max(xr, n);
-      if (mx == -std::numeric_limits<T>::infinity()) {
-        for (std::int64_t j = 0; j < n; ++j) yr[j] = T(0);
-        continue;
-      }
-      for (std::int64_t j = 0; j < n; ++j) yr[j] = vexp(xr[j] - mx);
-      const T inv = T(1) / lane_sum(yr, n);
-      for (std::int64_t j = 0; j < n; ++j) yr[j] *= inv;
-    }
+    if constexpr (std::is_same_v<T, float>)
+      if (has_avx2) return softmax_forward_rows_avx2(x, y, r0, r1, n);
+    softmax_rows::forward(x, y, r0, r1, n);
   });
 }
 
@@ -40,16 +43,11 @@ void softmax_kernel<T>::backward(const op_args<T>& a) {
   const std::int64_t rows = n ? a.out_dims.size() / n : 0;
   const T* y = a.out;
   const T* dy = a.dout;
-  with_fresh(a.fresh(0), [&](auto fresh) {
-    for_chunks(rows, grain_for(4 * n), [&](std::int64_t r0, std::int64_t r1) {
-      for (std::int64_t r = r0; r < r1; ++r) {
-        const T* yr = y + r * n;
-        const T* dyr = dy + r * n;
-        T* dxr = dx + r * n;
-        const T dot = lane_dot(dyr, yr, n);
-        for (std::int64_t j = 0; j < n; ++j) put<fresh()>(dxr[j], yr[j] * (dyr[j] - dot));
-      }
-    });
+  const bool fresh = a.fresh(0);
+  for_chunks(rows, grain_for(4 * n), [&](std::int64_t r0, std::int64_t r1) {
+    if constexpr (std::is_same_v<T, float>)
+      if (has_avx2) return softmax_backward_rows_avx2(y, dy, dx, r0, r1, n, fresh);
+    softmax_rows::backward(y, dy, dx, r0, r1, n, fresh);
   });
 }
 

@@ -11,6 +11,9 @@
 #include <type_traits>
 
 namespace loom::ops {
+// Internal linkage (an unnamed namespace): a file compiled for AVX2 includes this header too,
+// and its copies must never stand in for the baseline ones at link time.
+namespace {
 
 /// e^x. In float: range reduction x = n·ln2 + r, |r| ≤ ln2/2, then a degree-6 Taylor
 /// polynomial for e^r (relative error < 2.5e-7) scaled by 2^n through the exponent bits —
@@ -80,4 +83,5 @@ inline T lane_max(const T* x, std::int64_t n) {
   return m;
 }
 
+}  // namespace
 }  // namespace loom::ops
