@@ -617,8 +617,11 @@ tensor_view<const T> executor<T>::output(int k) const {
 template <class T>
 int executor<T>::index_of(const node_desc* d) const {
   auto it = p_->index.find(d);
-  if (it == p_->index.end()) throw error("executor: that node is not part of this graph");
-  return it->second;
+  if (it != p_->index.end()) return it->second;
+  // a node of another type with the same structure is the same node (see detail::same_node)
+  for (int i = 0; i < p_->n; ++i)
+    if (detail::same_node(*p_->plan.order[i], *d)) return i;
+  throw error("executor: that node is not part of this graph");
 }
 
 template <class T>
