@@ -7,25 +7,13 @@
 #include "loom/graph/graph.hpp"
 
 namespace loom {
-namespace {
-
-std::string dim_label(const plan_view& p, const plan_dim& d) {
-  std::string s;
-  for (int k = 0; k < d.n_syms; ++k) s += (k ? "+" : "") + std::string(p.syms[static_cast<std::size_t>(d.sym[k])]);
-  if (d.constant != 0 || d.n_syms == 0) s += (d.n_syms ? "+" : "") + std::to_string(d.constant);
-  return s;
-}
-
-}  // namespace
 
 std::string to_dot(const plan_view& plan) {
   std::ostringstream o;
   o << "digraph loom {\n  rankdir=TB;\n  node [fontname=\"Helvetica\", fontsize=10];\n";
   for (int i = 0; i < plan.size(); ++i) {
     const node_desc* d = plan.order[static_cast<std::size_t>(i)];
-    std::string dims = "[";
-    for (int a = 0; a < d->rank; ++a) dims += (a ? ", " : "") + dim_label(plan, plan.dims[static_cast<std::size_t>(i)][static_cast<std::size_t>(a)]);
-    dims += "]";
+    const std::string dims = plan.shape_text(i);
     o << "  n" << i << " [label=\"";
     if (d->kind == op_kind::input) o << "input " << d->name << "\\n" << dims << "\", shape=box, style=filled, fillcolor=\"#dbe9f6\"";
     else if (d->kind == op_kind::param) o << d->name << "\\n" << dims << "\", shape=box, style=\"rounded,filled\", fillcolor=\"#fde9c9\"";

@@ -22,20 +22,6 @@ namespace {
 
 std::string quoted(std::string_view s) { return "\"" + std::string(s) + "\""; }
 
-std::string dim_text(const plan_view& p, const plan_dim& d) {
-  std::string s;
-  for (int k = 0; k < d.n_syms; ++k) s += (k ? " + " : "") + std::string(p.syms[d.sym[k]]);
-  if (d.constant != 0 || d.n_syms == 0) s += (d.n_syms ? " + " : "") + std::to_string(d.constant);
-  return s;
-}
-
-std::string describe_node(const plan_view& p, int i) {
-  const node_desc* d = p.order[i];
-  if (d->kind == op_kind::input) return "input " + quoted(d->name);
-  if (d->kind == op_kind::param) return "parameter " + quoted(d->name);
-  return std::string(ops::op_name(d->kind)) + " (node " + std::to_string(i) + ")";
-}
-
 bool is_leaf(const node_desc* d) { return d->kind == op_kind::input || d->kind == op_kind::param; }
 
 storage storage_for(dtype t, bool is_double) {
@@ -53,12 +39,15 @@ struct dag {
   std::vector<std::vector<int>> succ;
   std::vector<int> pending0;
   std::vector<int> start;
+  std::unique_ptr<std::atomic<int>[]> pending;  // the counters of a run, allocated once
+
+  void finish() { pending.reset(new std::atomic<int>[pending0.size()]); }
 };
 
 template <class Fn>
-void run_dag(tbb::task_arena& arena, const dag& g, Fn&& fn) {
+void run_dag(tbb::task_arena& arena, dag& g, Fn&& fn) {
   if (g.start.empty()) return;
-  std::unique_ptr<std::atomic<int>[]> pending(new std::atomic<int>[g.pending0.size()]);
+  std::atomic<int>* pending = g.pending.get();
   for (std::size_t i = 0; i < g.pending0.size(); ++i) pending[i].store(g.pending0[i], std::memory_order_relaxed);
   arena.execute([&] {
     tbb::task_group tasks;
@@ -82,7 +71,7 @@ void run_dag(tbb::task_arena& arena, const dag& g, Fn&& fn) {
         }
       }
     };
-    for (int s : g.start) tasks.run(runner{&g, pending.get(), &tasks, &fn, s});
+    for (int s : g.start) tasks.run(runner{&g, pending, &tasks, &fn, s});
     tasks.wait();
   });
 }
@@ -100,10 +89,8 @@ struct executor<T>::impl {
   std::unordered_map<const node_desc*, int> index;
   dag fwd, bwd;
   std::vector<std::vector<int>> zero_before;  // gradients a backward task zeroes before it runs
-  std::vector<std::vector<std::uint8_t>> fresh;  // per node and input: first contribution (op_args::din_fresh)
   std::vector<int> view_of;                 // reshape nodes: the node whose buffer they share
   std::vector<std::uint8_t> grad_view;      // 1 when a view also shares its input's gradient
-  std::vector<std::vector<std::pair<int, int>>> input_uses;  // per input node: (consumer, position)
 
   // state of the last successful bind
   bool bound = false, forwarded = false, backwarded = false;
@@ -113,12 +100,17 @@ struct executor<T>::impl {
   std::vector<const void*> val;
   std::vector<T*> grad;
   std::vector<feed> feeds;
-  std::vector<std::vector<const void*>> in_ptr;
-  std::vector<std::vector<dims_t>> in_dims;
-  std::vector<std::vector<T*>> din;
-  std::vector<std::vector<std::int64_t>> in_stride;
+  std::vector<int> node_feed;                // per input node: index of its feed in `feeds`
   std::vector<std::int64_t> fed_stride;      // per input node: matrix stride of its feed (0: contiguous)
   std::vector<std::uint8_t> materialize;     // per input node: copy the strided feed into the arena
+
+  // the kernels' view of every input edge (node i's are [in_off[i], in_off[i+1]) of the plan),
+  // allocated once and refreshed from val, grad and dims after each bind
+  std::vector<const void*> edge_val;
+  std::vector<dims_t> edge_dims;
+  std::vector<std::int64_t> edge_stride;
+  std::vector<T*> edge_grad;
+  std::vector<std::uint8_t> edge_fresh;  // first contribution to that gradient (op_args::din_fresh)
 
   // the arena: every value and gradient buffer of computed nodes (and of inputs when asked)
   std::vector<std::int64_t> cap_val, cap_grad, off_val, off_grad;
@@ -149,13 +141,52 @@ struct executor<T>::impl {
       for (int r : plan.roots) x_is_root = x_is_root || r == x;
       grad_view[i] = needs_grad[i] && needs_grad[x] && plan.consumers(x).size() == 1 && !x_is_root;
     }
+    const auto e = static_cast<std::size_t>(plan.edges());
+    edge_val.resize(e);
+    edge_dims.resize(e);
+    edge_stride.resize(e);
+    edge_grad.resize(e);
+    edge_fresh.assign(e, 0);
     build_schedules();
-    input_uses.assign(n, {});
+  }
+
+  // Every edge's pointers, dims and strides from its source node (O(edges), no allocation).
+  void refresh_edges() {
     for (int c = 0; c < n; ++c) {
       auto ins = plan.inputs(c);
-      for (std::size_t pos = 0; pos < ins.size(); ++pos)
-        if (plan.order[ins[pos]]->kind == op_kind::input) input_uses[ins[pos]].emplace_back(c, static_cast<int>(pos));
+      for (std::size_t pos = 0; pos < ins.size(); ++pos) {
+        const auto e = static_cast<std::size_t>(plan.in_off[c]) + pos;
+        const int j = ins[pos];
+        const dims_t& d = dims[j];
+        edge_val[e] = val[j];
+        edge_dims[e] = d;
+        edge_grad[e] = needs_grad[j] ? grad[j] : nullptr;
+        edge_stride[e] = fed_stride[j] && !materialize[j] ? fed_stride[j] : (d.rank >= 2 ? d[-2] * d[-1] : d.size());
+      }
     }
+  }
+
+  // The addresses of every node's value and gradient, in topological order (a view's come
+  // from its input's).
+  void place_buffers() {
+    for (int i = 0; i < n; ++i) {
+      const node_desc* d = plan.order[i];
+      if (d->kind == op_kind::param) {
+        val[i] = params->value(d->name).data();
+        grad[i] = params->grad(d->name).data();
+      } else if (d->kind == op_kind::input) {
+        // a strided feed some consumer cannot read is copied to the arena by forward()
+        val[i] = materialize[i] ? mem.get() + off_val[i] : feeds[static_cast<std::size_t>(node_feed[i])].data();
+        grad[i] = needs_grad[i] ? mem.get() + off_grad[i] : nullptr;
+      } else if (view_of[i] >= 0) {
+        val[i] = val[view_of[i]];
+        grad[i] = !needs_grad[i] ? nullptr : grad_view[i] ? grad[view_of[i]] : mem.get() + off_grad[i];
+      } else {
+        val[i] = mem.get() + off_val[i];
+        grad[i] = needs_grad[i] ? mem.get() + off_grad[i] : nullptr;
+      }
+    }
+    refresh_edges();
   }
 
   // True when `given` binds exactly as the last successful bind (same names, types, shapes and
@@ -178,27 +209,11 @@ struct executor<T>::impl {
     return true;
   }
 
-  // The fast path of bind(): new data, same shapes.
+  // The fast path of bind(): new data, same shapes (same_binding() holds, so the same node
+  // receives each feed position as before).
   void rebind_inputs(std::span<const feed> given) {
     feeds.assign(given.begin(), given.end());
-    for (const feed& f : feeds) {
-      int i = -1;
-      for (int j = 0; j < n && i < 0; ++j)
-        if (plan.order[j]->kind == op_kind::input && plan.order[j]->name == f.name()) i = j;
-      if (materialize[i]) continue;  // its arena copy is refreshed by forward()
-      val[i] = f.data();
-      for (auto [c, pos] : input_uses[i]) in_ptr[c][pos] = val[i];
-    }
-    // views of inputs follow their input's new address
-    for (int i = 0; i < n; ++i) {
-      if (view_of[i] < 0 || val[i] == val[view_of[i]]) continue;
-      val[i] = val[view_of[i]];
-      for (int c : plan.consumers(i)) {
-        auto ins = plan.inputs(c);
-        for (std::size_t pos = 0; pos < ins.size(); ++pos)
-          if (ins[pos] == i) in_ptr[c][pos] = val[i];
-      }
-    }
+    place_buffers();
   }
 
   void make_arena() {
@@ -236,8 +251,6 @@ struct executor<T>::impl {
     std::vector<std::uint8_t> is_root(n, 0);
     for (int r : plan.roots) is_root[r] = 1;
     // ... unless that contributor's kernel stores its first contribution itself (writes_fresh)
-    fresh.assign(n, {});
-    for (int c = 0; c < n; ++c) fresh[c].assign(plan.inputs(c).size(), 0);
     for (int x = 0; x < n; ++x) {
       auto cons = plan.consumers(x);
       if (!needs_grad[x] || is_root[x] || cons.empty()) continue;
@@ -246,7 +259,7 @@ struct executor<T>::impl {
         auto ins = plan.inputs(c);
         for (std::size_t pos = 0; pos < ins.size(); ++pos)
           if (ins[pos] == x) {
-            fresh[c][pos] = 1;  // the first position only: a second one adds to it
+            edge_fresh[static_cast<std::size_t>(plan.in_off[c]) + pos] = 1;  // the first position only
             break;
           }
       } else {
@@ -261,6 +274,8 @@ struct executor<T>::impl {
       for (int c : preds[i]) bwd.succ[c].push_back(i);
       if (preds[i].empty()) bwd.start.push_back(i);
     }
+    fwd.finish();
+    bwd.finish();
   }
 
   // ---- binding ----
@@ -279,10 +294,9 @@ struct executor<T>::impl {
     constexpr bool is_double = std::is_same_v<T, double>;
     // 1. every feed names an input, every input is fed, types agree
     std::vector<const feed*> fed(n, nullptr);
+    std::vector<int> feed_at(n, -1);
     for (const feed& f : given) {
-      int found = -1;
-      for (int i = 0; i < n; ++i)
-        if (plan.order[i]->kind == op_kind::input && plan.order[i]->name == f.name()) found = i;
+      const int found = plan.input_index(f.name());
       if (found < 0) {
         std::string names;
         for (int i = 0; i < n; ++i)
@@ -292,6 +306,7 @@ struct executor<T>::impl {
       }
       if (fed[found]) throw missing_error("forward: input " + quoted(f.name()) + " was given twice");
       fed[found] = &f;
+      feed_at[found] = static_cast<int>(&f - given.data());
     }
     std::string missing;
     for (int i = 0; i < n; ++i)
@@ -314,7 +329,7 @@ struct executor<T>::impl {
       std::string who = "input " + quoted(d->name);
       if (got.rank != d->rank)
         throw shape_error("forward: " + who + " must have rank " + std::to_string(d->rank) + " (" +
-                          shape_text(i) + "), got shape " + got.str());
+                          plan.shape_text(i) + "), got shape " + got.str());
       for (int a = 0; a < d->rank; ++a) {
         const plan_dim& pd = plan.dims[i][a];
         if (pd.n_syms == 0) {
@@ -361,20 +376,18 @@ struct executor<T>::impl {
     }
     if (!absent.empty()) throw missing_error("forward: parameter(s) missing from the store: " + absent);
     // 4. run-time checks of the ops (shapes only; no data yet)
+    std::vector<dims_t> edims(static_cast<std::size_t>(plan.edges()));
+    for (std::size_t e = 0; e < edims.size(); ++e) edims[e] = nd[plan.in_idx[e]];
+    const std::vector<const void*> no_data(edims.size(), nullptr);
     for (int i = 0; i < n; ++i) {
       if (leaf[i]) continue;
       const auto& k = ops::kernel<T>(plan.order[i]->kind);
       if (!k.check) continue;
-      std::vector<dims_t> ids;
-      std::vector<const void*> ips;
-      for (int j : plan.inputs(i)) {
-        ids.push_back(nd[j]);
-        ips.push_back(nullptr);
-      }
+      const auto first = static_cast<std::size_t>(plan.in_off[i]), count = plan.inputs(i).size();
       ops::op_args<T> a;
       a.node = plan.order[i];
-      a.in = ips;
-      a.in_dims = ids;
+      a.in = std::span(no_data).subspan(first, count);
+      a.in_dims = std::span(edims).subspan(first, count);
       a.out_dims = nd[i];
       a.dattr = na[i];
       k.check(a);
@@ -402,47 +415,12 @@ struct executor<T>::impl {
     dims = std::move(nd);
     dattr = std::move(na);
     feeds.assign(given.begin(), given.end());
+    node_feed = std::move(feed_at);
     allocate();
     val.assign(n, nullptr);
     grad.assign(n, nullptr);
-    for (int i = 0; i < n; ++i) {
-      const node_desc* d = plan.order[i];
-      if (d->kind == op_kind::param) {
-        val[i] = params->value(d->name).data();
-        grad[i] = params->grad(d->name).data();
-      } else if (d->kind == op_kind::input) {
-        for (const feed& f : feeds)
-          if (f.name() == d->name) val[i] = f.data();
-        if (materialize[i]) val[i] = mem.get() + off_val[i];  // filled at the start of forward()
-        if (needs_grad[i]) grad[i] = mem.get() + off_grad[i];
-      } else if (view_of[i] >= 0) {
-        val[i] = val[view_of[i]];
-        if (needs_grad[i]) grad[i] = grad_view[i] ? grad[view_of[i]] : mem.get() + off_grad[i];
-      } else {
-        val[i] = mem.get() + off_val[i];
-        if (needs_grad[i]) grad[i] = mem.get() + off_grad[i];
-      }
-    }
-    in_ptr.assign(n, {});
-    in_dims.assign(n, {});
-    din.assign(n, {});
-    in_stride.assign(n, {});
-    for (int i = 0; i < n; ++i)
-      for (int j : plan.inputs(i)) {
-        in_ptr[i].push_back(val[j]);
-        in_dims[i].push_back(dims[j]);
-        din[i].push_back(needs_grad[j] ? grad[j] : nullptr);
-        const dims_t& d = dims[j];
-        std::int64_t contiguous = d.rank >= 2 ? d[-2] * d[-1] : d.size();
-        in_stride[i].push_back(fed_stride[j] && !materialize[j] ? fed_stride[j] : contiguous);
-      }
+    place_buffers();
     bound = true;
-  }
-
-  std::string shape_text(int i) const {
-    std::string r = "[";
-    for (int a = 0; a < plan.order[i]->rank; ++a) r += (a ? ", " : "") + dim_text(plan, plan.dims[i][a]);
-    return r + "]";
   }
 
   static std::int64_t aligned(std::int64_t elems) { return (elems + 15) / 16 * 16; }
@@ -486,16 +464,17 @@ struct executor<T>::impl {
   }
 
   ops::op_args<T> args(int i) const {
+    const auto first = static_cast<std::size_t>(plan.in_off[i]), count = plan.inputs(i).size();
     ops::op_args<T> a;
     a.node = plan.order[i];
-    a.in = in_ptr[i];
-    a.in_dims = in_dims[i];
-    a.in_mat_stride = in_stride[i];
+    a.in = std::span(edge_val).subspan(first, count);
+    a.in_dims = std::span(edge_dims).subspan(first, count);
+    a.in_mat_stride = std::span(edge_stride).subspan(first, count);
     a.out = const_cast<T*>(static_cast<const T*>(val[i]));
     a.out_dims = dims[i];
     a.dattr = dattr[i];
-    a.din = din[i];
-    a.din_fresh = fresh[i];
+    a.din = std::span(edge_grad).subspan(first, count);
+    a.din_fresh = std::span(edge_fresh).subspan(first, count);
     a.dout = grad[i];
     a.training = opts.training;
     return a;
@@ -505,9 +484,7 @@ struct executor<T>::impl {
   void copy_strided_feeds() {
     for (int i = 0; i < n; ++i) {
       if (!materialize[i]) continue;
-      const feed* f = nullptr;
-      for (const feed& g : feeds)
-        if (g.name() == plan.order[i]->name) f = &g;
+      const feed* f = &feeds[static_cast<std::size_t>(node_feed[i])];
       const dims_t& d = dims[i];
       const std::int64_t mat = d[-2] * d[-1], count = mat ? d.size() / mat : 0;
       const T* src = static_cast<const T*>(f->data());
@@ -593,7 +570,7 @@ template <class T>
 tensor_view<const T> executor<T>::value_at(int i) const {
   if (!p_->forwarded) throw error("executor: no value before forward()");
   if (p_->plan.order[i]->elem != dtype::real)
-    throw error("executor: " + describe_node(p_->plan, i) + " is not real-valued");
+    throw error("executor: " + p_->plan.describe(i) + " is not real-valued");
   return {static_cast<const T*>(p_->val[i]), p_->dims[i]};
 }
 
@@ -601,7 +578,7 @@ template <class T>
 tensor_view<const T> executor<T>::grad_at(int i) const {
   if (!p_->backwarded) throw error("executor: no gradient before backward()");
   if (!p_->grad[i])
-    throw error("executor: no gradient flows to " + describe_node(p_->plan, i) +
+    throw error("executor: no gradient flows to " + p_->plan.describe(i) +
                 (p_->plan.order[i]->kind == op_kind::input ? " (set exec_options::input_grads)" : ""));
   return {p_->grad[i], p_->dims[i]};
 }
@@ -626,9 +603,9 @@ int executor<T>::index_of(const node_desc* d) const {
 
 template <class T>
 int executor<T>::input_index(std::string_view name) const {
-  for (int i = 0; i < p_->n; ++i)
-    if (p_->plan.order[i]->kind == op_kind::input && p_->plan.order[i]->name == name) return i;
-  throw missing_error("executor: " + quoted(name) + " is not an input of this graph");
+  const int i = p_->plan.input_index(name);
+  if (i < 0) throw missing_error("executor: " + quoted(name) + " is not an input of this graph");
+  return i;
 }
 
 template <class T>

@@ -82,11 +82,7 @@ gradcheck_result gradcheck(const plan_view& plan, param_store<double>& params, s
   std::vector<bool> reachable(real_inputs.size(), false);
   if (opt.check_inputs) {
     for (std::size_t k = 0; k < real_inputs.size(); ++k) {
-      const int node = [&] {
-        for (int i = 0; i < plan.size(); ++i)
-          if (plan.order[i]->kind == op_kind::input && plan.order[i]->name == real_names[k]) return i;
-        return -1;
-      }();
+      const int node = plan.input_index(real_names[k]);
       // an input no gradient reaches (it does not touch a real output) has none to check
       if (node < 0 || !plan.from_input[node]) continue;
       auto g = ex.input_grad(real_names[k]);

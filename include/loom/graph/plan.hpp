@@ -9,6 +9,7 @@
 #include <array>
 #include <cstdint>
 #include <span>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -38,8 +39,16 @@ struct plan_view {
   std::span<const std::uint8_t> from_input;  // 1 if node i depends on a real-valued input
 
   int size() const { return static_cast<int>(order.size()); }
+  /// Number of input edges over all nodes (node i's are in_idx[in_off[i] .. in_off[i+1])).
+  int edges() const { return in_off.empty() ? 0 : in_off.back(); }
   std::span<const int> inputs(int i) const { return in_idx.subspan(in_off[i], in_off[i + 1] - in_off[i]); }
   std::span<const int> consumers(int i) const { return out_idx.subspan(out_off[i], out_off[i + 1] - out_off[i]); }
+  /// Index of the input node named `name`, or -1.
+  int input_index(std::string_view name) const;
+  /// Node i's dims in terms of the symbols: "[B, T, 64]", "[B, 2, P + T, 16]".
+  std::string shape_text(int i) const;
+  /// What node i is, for messages: `input "x"`, `parameter "w"`, `matmul (node 7)`.
+  std::string describe(int i) const;
 };
 
 namespace detail {

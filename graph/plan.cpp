@@ -1,0 +1,35 @@
+// The run-time helpers of plan_view: lookups and text for messages and Graphviz output.
+#include <string>
+
+#include "../ops/kernel.hpp"
+#include "loom/graph/plan.hpp"
+
+namespace loom {
+
+int plan_view::input_index(std::string_view name) const {
+  for (int i = 0; i < size(); ++i)
+    if (order[static_cast<std::size_t>(i)]->kind == op_kind::input && order[static_cast<std::size_t>(i)]->name == name)
+      return i;
+  return -1;
+}
+
+std::string plan_view::shape_text(int i) const {
+  std::string r = "[";
+  const auto& node_dims = dims[static_cast<std::size_t>(i)];
+  for (int a = 0; a < order[static_cast<std::size_t>(i)]->rank; ++a) {
+    const plan_dim& d = node_dims[static_cast<std::size_t>(a)];
+    r += a ? ", " : "";
+    for (int k = 0; k < d.n_syms; ++k) r += (k ? " + " : "") + std::string(syms[static_cast<std::size_t>(d.sym[k])]);
+    if (d.constant != 0 || d.n_syms == 0) r += (d.n_syms ? " + " : "") + std::to_string(d.constant);
+  }
+  return r + "]";
+}
+
+std::string plan_view::describe(int i) const {
+  const node_desc* d = order[static_cast<std::size_t>(i)];
+  if (d->kind == op_kind::input) return "input \"" + std::string(d->name) + "\"";
+  if (d->kind == op_kind::param) return "parameter \"" + std::string(d->name) + "\"";
+  return std::string(ops::op_name(d->kind)) + " (node " + std::to_string(i) + ")";
+}
+
+}  // namespace loom
