@@ -14,6 +14,10 @@
 // (and embed.weight, lm_head.* for the decoder-only model).
 #pragma once
 
+#include <string>
+#include <string_view>
+#include <vector>
+
 #include "loom/core/node.hpp"
 #include "loom/nn/attention.hpp"
 #include "loom/nn/layers.hpp"
@@ -154,6 +158,35 @@ constexpr auto embed(Tok tokens, Pos positions, Seed seed) {
 template <class Mode>
 using seed_t = std::conditional_t<std::is_same_v<Mode, train_mode>, input_node<"seed", shape<fix<2>>, int>, none>;
 
+/// "<stack>.layers.{i}<suffix>" for i < count (no "<stack>." when the stack has no name), the
+/// run-time twin of layer_name().
+inline std::vector<std::string> layer_names(std::string_view stack, long count, std::string_view suffix) {
+  std::vector<std::string> r;
+  for (long i = 0; i < count; ++i)
+    r.push_back((stack.empty() ? std::string() : std::string(stack) + ".") + "layers." + std::to_string(i) +
+                std::string(suffix));
+  return r;
+}
+
+/// The projected memory of every decoder layer's cross-attention: (k, v) per layer, in order.
+template <transformer_config C, class Mem>
+constexpr auto decoder_cross_memory(Mem memory) {
+  return [&]<std::size_t... I>(std::index_sequence<I...>) {
+    return std::tuple_cat(
+        cross_attention_memory<layer_name<"decoder", I>() + ".multihead_attn", static_cast<int>(C.heads)>(memory)...);
+  }(std::make_index_sequence<static_cast<std::size_t>(C.decoder_layers)>{});
+}
+
+/// The decoding graph's inputs for decoder_cross_memory()'s tensors, in the same order.
+inline std::vector<std::string> decoder_memory_inputs(long layers) {
+  std::vector<std::string> r;
+  for (const auto& layer : layer_names("decoder", layers, ".multihead_attn")) {
+    r.push_back(layer + ".memory_k");
+    r.push_back(layer + ".memory_v");
+  }
+  return r;
+}
+
 }  // namespace detail
 
 /// torch.nn.Transformer's own forward, on inputs that are already embedded:
@@ -193,27 +226,12 @@ struct transformer_body {
 
   /// For decoding: the projected memory [B, H, S, d_k] of every decoder layer's
   /// cross-attention, in the order of memory_inputs(), computed once per source.
-  static constexpr auto cross_memory() {
-    return [&]<std::size_t... I>(std::index_sequence<I...>) {
-      return std::tuple_cat(
-          cross_attention_memory<detail::layer_name<"decoder", I>() + ".multihead_attn", static_cast<int>(C.heads)>(
-              memory())...);
-    }(std::make_index_sequence<static_cast<std::size_t>(C.decoder_layers)>{});
-  }
+  static constexpr auto cross_memory() { return detail::decoder_cross_memory<C>(memory()); }
   /// Names of the decoding graph's memory inputs, matching cross_memory()'s order.
-  static std::vector<std::string> memory_inputs() {
-    std::vector<std::string> r;
-    for (long i = 0; i < C.decoder_layers; ++i) {
-      r.push_back("decoder.layers." + std::to_string(i) + ".multihead_attn.memory_k");
-      r.push_back("decoder.layers." + std::to_string(i) + ".multihead_attn.memory_v");
-    }
-    return r;
-  }
+  static std::vector<std::string> memory_inputs() { return detail::decoder_memory_inputs(C.decoder_layers); }
   /// The decoder's self-attention layers a kv_cache must hold, in order.
   static std::vector<std::string> cached_layers() {
-    std::vector<std::string> r;
-    for (long i = 0; i < C.decoder_layers; ++i) r.push_back("decoder.layers." + std::to_string(i) + ".self_attn");
-    return r;
+    return detail::layer_names("decoder", C.decoder_layers, ".self_attn");
   }
 };
 
@@ -244,11 +262,7 @@ struct language_model {
     }
   }
   /// The attention layers a kv_cache must hold, in order.
-  static std::vector<std::string> cached_layers() {
-    std::vector<std::string> r;
-    for (long i = 0; i < C.decoder_layers; ++i) r.push_back("layers." + std::to_string(i) + ".self_attn");
-    return r;
-  }
+  static std::vector<std::string> cached_layers() { return detail::layer_names("", C.decoder_layers, ".self_attn"); }
 };
 
 /// An encoder–decoder Transformer (nn.Transformer plus embeddings and a generator).
@@ -295,27 +309,12 @@ struct seq2seq {
 
   /// For decoding: the projected memory of every decoder layer's cross-attention, in the
   /// order of memory_inputs(), computed once per source from memory().
-  static constexpr auto cross_memory() {
-    return [&]<std::size_t... I>(std::index_sequence<I...>) {
-      return std::tuple_cat(
-          cross_attention_memory<detail::layer_name<"decoder", I>() + ".multihead_attn", static_cast<int>(C.heads)>(
-              memory())...);
-    }(std::make_index_sequence<static_cast<std::size_t>(C.decoder_layers)>{});
-  }
+  static constexpr auto cross_memory() { return detail::decoder_cross_memory<C>(memory()); }
   /// Names of the decoding graph's memory inputs, matching cross_memory()'s order.
-  static std::vector<std::string> memory_inputs() {
-    std::vector<std::string> r;
-    for (long i = 0; i < C.decoder_layers; ++i) {
-      r.push_back("decoder.layers." + std::to_string(i) + ".multihead_attn.memory_k");
-      r.push_back("decoder.layers." + std::to_string(i) + ".multihead_attn.memory_v");
-    }
-    return r;
-  }
+  static std::vector<std::string> memory_inputs() { return detail::decoder_memory_inputs(C.decoder_layers); }
   /// The decoder's self-attention layers a kv_cache must hold, in order.
   static std::vector<std::string> cached_layers() {
-    std::vector<std::string> r;
-    for (long i = 0; i < C.decoder_layers; ++i) r.push_back("decoder.layers." + std::to_string(i) + ".self_attn");
-    return r;
+    return detail::layer_names("decoder", C.decoder_layers, ".self_attn");
   }
 };
 
