@@ -11,6 +11,8 @@
 //   bench_attention [Google Benchmark flags, e.g. --benchmark_filter=fwd]
 #include <benchmark/benchmark.h>
 
+#include "bench_support.hpp"
+
 #include <algorithm>
 #include <cstdint>
 #include <string>
@@ -20,11 +22,6 @@
 #include "loom/nn/attention.hpp"
 
 namespace {
-
-/// The fastest repetition: on a machine shared with other work, the least disturbed one.
-double fastest(const std::vector<double>& v) {
-  return *std::min_element(v.begin(), v.end());
-}
 
 /// Multiply-adds of multi-head attention forward, as FLOPs (one multiply-add = 2 FLOPs):
 ///   QKV projection  x [B·T, d] · W_inᵀ [d, 3d]    2·B·T·d·3d
@@ -96,12 +93,7 @@ void register_case(const char* kind, bench_fn fn, std::int64_t b, std::int64_t t
   for (int threads : {1, 2}) {
     std::string name = std::string(kind) + "/B=" + std::to_string(b) + ",T=" + std::to_string(t) +
                        ",d=" + std::to_string(d) + ",h=" + std::to_string(h) + "/threads=" + std::to_string(threads);
-    benchmark::RegisterBenchmark(name.c_str(), fn, b, t, threads)
-        ->Unit(benchmark::kMillisecond)
-        ->UseRealTime()
-        ->Repetitions(5)
-        ->ComputeStatistics("min", fastest)
-        ->ReportAggregatesOnly(true);
+    bench::measured(benchmark::RegisterBenchmark(name.c_str(), fn, b, t, threads), benchmark::kMillisecond);
   }
 }
 

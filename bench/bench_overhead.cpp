@@ -13,6 +13,8 @@
 //   bench_overhead [Google Benchmark flags]
 #include <benchmark/benchmark.h>
 
+#include "bench_support.hpp"
+
 #include <algorithm>
 #include <array>
 #include <cstdint>
@@ -22,11 +24,6 @@
 #include "loom/loom.hpp"
 
 namespace {
-
-/// The fastest repetition: on a machine shared with other work, the least disturbed one.
-double fastest(const std::vector<double>& v) {
-  return *std::min_element(v.begin(), v.end());
-}
 
 using tiny = loom::shape<loom::fix<4>, loom::fix<4>>;
 
@@ -109,12 +106,7 @@ void register_chain() {
   for (int threads : {1, 2}) {
     std::string name =
         "chain_forward/nodes=" + std::to_string(Blocks * nodes_per_block) + "/threads=" + std::to_string(threads);
-    benchmark::RegisterBenchmark(name.c_str(), chain_forward<Blocks>, threads)
-        ->Unit(benchmark::kMicrosecond)
-        ->UseRealTime()
-        ->Repetitions(5)
-        ->ComputeStatistics("min", fastest)
-        ->ReportAggregatesOnly(true);
+    bench::measured(benchmark::RegisterBenchmark(name.c_str(), chain_forward<Blocks>, threads), benchmark::kMicrosecond);
   }
 }
 
@@ -124,12 +116,7 @@ int main(int argc, char** argv) {
   register_chain<1>();   // 20 nodes
   register_chain<5>();   // 100 nodes
   register_chain<15>();  // 300 nodes
-  benchmark::RegisterBenchmark("chain_plain_loop/nodes=300", chain_plain_loop)
-      ->Unit(benchmark::kMicrosecond)
-      ->UseRealTime()
-      ->Repetitions(5)
-      ->ComputeStatistics("min", fastest)
-      ->ReportAggregatesOnly(true);
+  bench::measured(benchmark::RegisterBenchmark("chain_plain_loop/nodes=300", chain_plain_loop), benchmark::kMicrosecond);
 
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;

@@ -33,6 +33,21 @@ std::int64_t counted_rows(const std::int32_t* target, const dims_t& target_dims,
   return count;
 }
 
+// The operands of one cross_entropy node, for forward and backward alike.
+template <class T>
+struct operands {
+  std::int64_t v, rows;  // classes, rows (targets)
+  long ignore;
+  double eps;  // label smoothing
+  const T* x;
+  const std::int32_t* target;
+  std::int64_t count;  // rows whose target is not ignored
+
+  explicit operands(const op_args<T>& a)
+      : v(a.in_dims[0][-1]), rows(a.in_dims[1].size()), ignore(a.attr(0)), eps(a.node->fattr[0]), x(a.input(0)),
+        target(a.template input<std::int32_t>(1)), count(counted_rows(target, a.in_dims[1], v, ignore)) {}
+};
+
 // max and log Σ exp(x − max) of one row
 template <class T>
 T log_sum_exp(const T* x, std::int64_t v) {
@@ -51,13 +66,8 @@ T log_sum_exp(const T* x, std::int64_t v) {
 
 template <class T>
 void cross_entropy_kernel<T>::forward(const op_args<T>& a) {
-  const std::int64_t v = a.in_dims[0][-1];
-  const std::int64_t rows = a.in_dims[1].size();
-  const long ignore = a.attr(0);
-  const double eps = a.node->fattr[0];
-  const T* x = a.input(0);
-  const std::int32_t* target = a.template input<std::int32_t>(1);
-  const std::int64_t count = counted_rows(target, a.in_dims[1], v, ignore);
+  const operands<T> o(a);
+  const auto [v, rows, ignore, eps, x, target, count] = o;
   std::vector<double> loss(static_cast<std::size_t>(rows), 0.0);
   for_chunks(rows, grain_for(4 * v), [&](std::int64_t r0, std::int64_t r1) {
     for (std::int64_t r = r0; r < r1; ++r) {
@@ -82,13 +92,8 @@ template <class T>
 void cross_entropy_kernel<T>::backward(const op_args<T>& a) {
   T* dx = a.grad(0);
   if (!dx) return;
-  const std::int64_t v = a.in_dims[0][-1];
-  const std::int64_t rows = a.in_dims[1].size();
-  const long ignore = a.attr(0);
-  const double eps = a.node->fattr[0];
-  const T* x = a.input(0);
-  const std::int32_t* target = a.template input<std::int32_t>(1);
-  const std::int64_t count = counted_rows(target, a.in_dims[1], v, ignore);
+  const operands<T> o(a);
+  const auto [v, rows, ignore, eps, x, target, count] = o;
   if (count == 0) {
     if (a.fresh(0)) std::fill(dx, dx + a.in_dims[0].size(), T(0));
     return;
@@ -97,19 +102,20 @@ void cross_entropy_kernel<T>::backward(const op_args<T>& a) {
   const T coef = static_cast<T>(a.dout[0] / static_cast<double>(count));
   const T uniform = static_cast<T>(eps / static_cast<double>(v));
   const T on_target = static_cast<T>(1 - eps);
-  for_chunks(rows, grain_for(4 * v), [&](std::int64_t r0, std::int64_t r1) {
-    for (std::int64_t r = r0; r < r1; ++r) {
-      if (target[r] == ignore) {
-        if (fresh) std::fill(dx + r * v, dx + (r + 1) * v, T(0));
-        continue;
+  with_fresh(fresh, [&](auto first) {
+    for_chunks(rows, grain_for(4 * v), [&](std::int64_t r0, std::int64_t r1) {
+      for (std::int64_t r = r0; r < r1; ++r) {
+        T* dxr = dx + r * v;
+        if (target[r] == ignore) {
+          if constexpr (first()) std::fill(dxr, dxr + v, T(0));
+          continue;
+        }
+        const T* xr = x + r * v;
+        const T lse = log_sum_exp(xr, v);
+        for (std::int64_t c = 0; c < v; ++c) put<first()>(dxr[c], coef * (vexp(xr[c] - lse) - uniform));
+        dxr[target[r]] -= coef * on_target;
       }
-      const T* xr = x + r * v;
-      T* dxr = dx + r * v;
-      if (fresh) std::fill(dxr, dxr + v, T(0));
-      const T lse = log_sum_exp(xr, v);
-      for (std::int64_t c = 0; c < v; ++c) dxr[c] += coef * (vexp(xr[c] - lse) - uniform);
-      dxr[target[r]] -= coef * on_target;
-    }
+    });
   });
 }
 

@@ -40,7 +40,7 @@ void for_each_row(const op_args<auto>& a, Fn&& fn) {
   const dims_t& xd = a.in_dims[0];
   const dims_t& yd = a.out_dims;
   const int r = yd.rank;
-  std::array<std::int64_t, max_rank> xstride{}, ystride{};  // x's stride for each y axis
+  std::array<std::int64_t, max_rank> xstride{};  // x's stride for each y axis
   std::int64_t st = 1;
   std::array<std::int64_t, max_rank> xs{};
   for (int i = xd.rank - 1; i >= 0; --i) {
@@ -48,7 +48,6 @@ void for_each_row(const op_args<auto>& a, Fn&& fn) {
     st *= xd.d[i];
   }
   for (int i = 0; i < r; ++i) xstride[i] = xs[a.attr(i)];
-  (void)ystride;
   if (r == 0) {
     fn(0, 0, 1, 1);
     return;

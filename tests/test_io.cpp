@@ -13,6 +13,9 @@
 #include "test_support.hpp"
 
 using namespace loom;
+using test::message_of;
+using test::same_bits;
+using test::same_values;
 using test::scratch_dir;
 
 namespace {
@@ -24,29 +27,6 @@ param_store<T> small_store() {
   p.set("enc.0.bias", test::random_tensor<T>({4}, 2));
   p.set("scale", test::random_tensor<T>({}, 3));
   return p;
-}
-
-template <class T>
-bool same_bits(const tensor<T>& a, const tensor<T>& b) {
-  return a.dims() == b.dims() && std::memcmp(a.data(), b.data(), sizeof(T) * static_cast<std::size_t>(a.size())) == 0;
-}
-
-template <class T>
-bool same_values(const param_store<T>& a, const param_store<T>& b) {
-  if (a.names() != b.names()) return false;
-  for (const auto& name : a.names())
-    if (!same_bits(a.value(name), b.value(name))) return false;
-  return true;
-}
-
-template <class Fn>
-std::string message_of(Fn&& fn) {
-  try {
-    fn();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "(no exception)";
 }
 
 // A valid one-tensor file: "w" = [1, -2] as F32.

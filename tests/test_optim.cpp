@@ -13,6 +13,9 @@
 #include "test_support.hpp"
 
 using namespace loom;
+using test::message_of;
+using test::same_bits;
+using test::same_values;
 using test::scratch_dir;
 
 namespace {
@@ -149,19 +152,6 @@ const std::vector<reference_point> torch_reference = {
 };
 
 template <class T>
-bool same_bits(const tensor<T>& a, const tensor<T>& b) {
-  return a.dims() == b.dims() && std::memcmp(a.data(), b.data(), sizeof(T) * static_cast<std::size_t>(a.size())) == 0;
-}
-
-template <class T>
-bool same_values(const param_store<T>& a, const param_store<T>& b) {
-  if (a.names() != b.names()) return false;
-  for (const auto& name : a.names())
-    if (!same_bits(a.value(name), b.value(name))) return false;
-  return true;
-}
-
-template <class T>
 bool same_state(const optimizer_state<T>& a, const optimizer_state<T>& b) {
   if (a.step != b.step || a.buffers.size() != b.buffers.size()) return false;
   for (const auto& [kind, by_param] : a.buffers) {
@@ -171,16 +161,6 @@ bool same_state(const optimizer_state<T>& a, const optimizer_state<T>& b) {
       if (!k->second.contains(param) || !same_bits(buf, k->second.at(param))) return false;
   }
   return true;
-}
-
-template <class Fn>
-std::string message_of(Fn&& fn) {
-  try {
-    fn();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "(no exception)";
 }
 
 // Gradients for the resume tests: a fixed pseudo-random sequence, one per step.

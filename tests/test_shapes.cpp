@@ -5,6 +5,7 @@
 #include "test_support.hpp"
 
 using namespace loom;
+using test::message_of;
 
 // ---- compile-time facts (a failure here is a compile error) ----
 static_assert(std::is_same_v<add_dims_t<fix<3>, fix<4>>, fix<7>>);
@@ -37,15 +38,6 @@ auto two_inputs_graph() {
   auto x = input<"x", shape<dyn<"T">, fix<4>>>();
   auto m = input<"m", shape<dyn<"T">, fix<4>>>();
   return make_graph(add(x, m));
-}
-template <class Fn>
-std::string message_of(Fn&& fn) {
-  try {
-    fn();
-  } catch (const error& e) {
-    return e.what();
-  }
-  return "(no exception)";
 }
 }  // namespace
 

@@ -29,6 +29,10 @@ void randomize(loom::param_store<T>& store, std::uint64_t seed) {
 
 #include <catch2/catch.hpp>
 
+#include <cstring>
+#include <exception>
+#include <string>
+
 namespace test {
 
 /// Runs gradcheck (double, PyTorch's tolerances) and requires it to pass, printing the worst
@@ -40,6 +44,32 @@ void require_gradcheck(const Graph& g, loom::param_store<double>& params, std::i
   INFO(r.str());
   REQUIRE(r.checked > 0);
   REQUIRE(r.ok);
+}
+
+/// The message of the exception fn() throws, or "(no exception)".
+template <class Fn>
+std::string message_of(Fn&& fn) {
+  try {
+    fn();
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "(no exception)";
+}
+
+/// Same shape and the same bytes.
+template <class T>
+bool same_bits(const loom::tensor<T>& a, const loom::tensor<T>& b) {
+  return a.dims() == b.dims() && std::memcmp(a.data(), b.data(), sizeof(T) * static_cast<std::size_t>(a.size())) == 0;
+}
+
+/// The same parameter names, each with the same bytes.
+template <class T>
+bool same_values(const loom::param_store<T>& a, const loom::param_store<T>& b) {
+  if (a.names() != b.names()) return false;
+  for (const auto& name : a.names())
+    if (!same_bits(a.value(name), b.value(name))) return false;
+  return true;
 }
 
 /// Naive reference matmul of row-major [m, k] x [k, n].
