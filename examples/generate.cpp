@@ -81,7 +81,6 @@ int main(int argc, char** argv) {
 
   auto memory = memory_graph.executor<float>(params, {.threads = threads, .inference = true});
   auto step = step_graph.executor<float>(params, {.threads = threads, .inference = true});
-  const auto memory_names = decode_model::memory_inputs();
   std::printf("%s decoding, %s\n\n", temperature > 0 ? "sampled" : "greedy",
               temperature > 0 ? ("temperature " + std::to_string(temperature) + ", top-k " + std::to_string(top_k) +
                                  ", seed " + std::to_string(seed))
@@ -93,20 +92,18 @@ int main(int argc, char** argv) {
     std::vector<translation_pair> one{{number, ""}};
     std::vector<std::size_t> idx{0};
     auto b = make_batch(one, idx, t.source, t.target);
-    memory.forward({{"src", b.src}, {"src_len", b.src_len}});  // the encoder, once per source
-    std::vector<feed> extra{{"src_len", b.src_len}};
-    for (std::size_t k = 0; k < memory_names.size(); ++k)
-      extra.emplace_back(memory_names[k], memory.output(static_cast<int>(k)));
+    const auto extra = encode<cfg>(memory, b);  // the encoder, once per source
     nn::kv_cache<float> cache(decode_model::cached_layers(), 1, cfg.heads, cfg.d_model / cfg.heads, 32);
     std::printf("  %-10s ->", number.c_str());
     std::fflush(stdout);
-    auto r = nn::generate(step, cache, {{bos}},
-                          {.max_new_tokens = 24, .temperature = temperature, .top_k = top_k, .seed = seed, .eos = eos,
-                           .pad = pad, .tokens_input = "tgt", .first_input = ""},
-                          extra, [&](std::size_t, int token) {
-                            if (token != eos) std::printf(" %s", t.target.token(token).c_str());
-                            std::fflush(stdout);
-                          });
+    auto options = decode_options(24);
+    options.temperature = temperature;
+    options.top_k = top_k;
+    options.seed = seed;
+    auto r = nn::generate(step, cache, {{bos}}, options, extra, [&](std::size_t, int token) {
+      if (token != eos) std::printf(" %s", t.target.token(token).c_str());
+      std::fflush(stdout);
+    });
     const double seconds = r.prefill_seconds + r.decode_seconds;
     const long tokens = static_cast<long>(r.tokens[0].size());
     std::printf("   [%ld tokens, %.0f tokens/s, cache %.1f KiB for %lld of %lld positions]\n", tokens,

@@ -73,6 +73,23 @@ inline std::int64_t label_tokens(const seq2seq_batch& b) {
   return n;
 }
 
+/// Runs the encoder over a batch (`memory`: an executor of the model's cross_memory() graph) and
+/// returns what every decoding step of that batch is fed besides tokens, positions and cache:
+/// the source lengths and each decoder layer's projected memory (borrowed from `memory`).
+template <nn::transformer_config C>
+std::vector<feed> encode(executor<float>& memory, const seq2seq_batch& batch) {
+  memory.forward({{"src", batch.src}, {"src_len", batch.src_len}});
+  std::vector<feed> extra{{"src_len", batch.src_len}};
+  const auto names = nn::seq2seq<C, nn::decode_mode>::memory_inputs();
+  for (std::size_t k = 0; k < names.size(); ++k) extra.emplace_back(names[k], memory.output(static_cast<int>(k)));
+  return extra;
+}
+
+/// How the decoder is fed to nn::generate: every sequence starts with <bos> (so no left padding).
+inline nn::generate_options decode_options(int max_new_tokens) {
+  return {.max_new_tokens = max_new_tokens, .eos = eos, .pad = pad, .tokens_input = "tgt", .first_input = ""};
+}
+
 /// Greedy translations of pairs[first, first + count) through the KV cache: the encoder runs
 /// once per batch, the cross-attention memory is projected once, then one token per step.
 template <nn::transformer_config C, class MemoryGraph, class StepGraph>
@@ -81,22 +98,16 @@ std::vector<std::string> translate(const task& t, const std::vector<translation_
                                    param_store<float>& params, int threads, std::size_t batch = 250) {
   auto memory = memory_graph.template executor<float>(params, {.threads = threads, .inference = true});
   auto step = step_graph.template executor<float>(params, {.threads = threads, .inference = true});
-  const auto memory_names = nn::seq2seq<C, nn::decode_mode>::memory_inputs();
   std::vector<std::string> out;
   for (std::size_t b0 = 0; b0 < pairs.size(); b0 += batch) {
     std::vector<std::size_t> idx;
     for (std::size_t i = b0; i < std::min(pairs.size(), b0 + batch); ++i) idx.push_back(i);
     auto bt = make_batch(pairs, idx, t.source, t.target);
-    memory.forward({{"src", bt.src}, {"src_len", bt.src_len}});
-    std::vector<feed> extra{{"src_len", bt.src_len}};
-    for (std::size_t k = 0; k < memory_names.size(); ++k)
-      extra.emplace_back(memory_names[k], memory.output(static_cast<int>(k)));
+    const auto extra = encode<C>(memory, bt);
     const auto n = static_cast<std::int64_t>(idx.size());
     nn::kv_cache<float> cache(nn::seq2seq<C, nn::decode_mode>::cached_layers(), n, C.heads, C.d_model / C.heads, 24);
     std::vector<std::vector<int>> prompts(idx.size(), std::vector<int>{bos});
-    auto r = nn::generate(step, cache, prompts,
-                          {.max_new_tokens = 20, .eos = eos, .pad = pad, .tokens_input = "tgt", .first_input = ""},
-                          extra);
+    auto r = nn::generate(step, cache, prompts, decode_options(20), extra);
     for (auto& tokens : r.tokens) out.push_back(t.target.decode(tokens));
   }
   return out;
