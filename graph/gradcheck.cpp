@@ -9,18 +9,6 @@
 #include "loom/graph/executor.hpp"
 
 namespace loom {
-namespace {
-
-std::vector<std::int64_t> unflatten(std::int64_t flat, const dims_t& d) {
-  std::vector<std::int64_t> idx(static_cast<std::size_t>(d.rank));
-  for (int a = d.rank - 1; a >= 0; --a) {
-    idx[static_cast<std::size_t>(a)] = d.d[a] ? flat % d.d[a] : 0;
-    flat = d.d[a] ? flat / d.d[a] : 0;
-  }
-  return idx;
-}
-
-}  // namespace
 
 std::string gradcheck_result::str() const {
   std::ostringstream s;
@@ -121,7 +109,7 @@ gradcheck_result gradcheck(const plan_view& plan, param_store<double>& params, s
       if (!(excess <= res.worst_excess) || res.worst_name.empty()) {
         res.worst_excess = std::isnan(excess) ? 1e300 : excess;
         res.worst_name = name;
-        res.worst_index = unflatten(e, d);
+        res.worst_index = d.index_of(e);
         res.analytic = a;
         res.numeric = numeric;
       }

@@ -13,6 +13,8 @@ kv_cache<T>::kv_cache(std::vector<std::string> layers, std::int64_t batch, std::
   if (batch < 1 || heads < 1 || head_dim < 1 || capacity < 1)
     throw value_error("kv_cache: batch, heads, head_dim and capacity must be positive");
   for (std::size_t l = 0; l < layers_.size(); ++l) {
+    input_names_.push_back(layers_[l] + ".cache_k");
+    input_names_.push_back(layers_[l] + ".cache_v");
     keys_.emplace_back(dims_t{batch, heads, capacity, head_dim});
     values_.emplace_back(dims_t{batch, heads, capacity, head_dim});
   }
@@ -32,8 +34,8 @@ std::vector<feed> kv_cache<T>::feeds(std::int64_t new_positions) const {
   const dims_t dims{batch_, heads_, length_, head_dim_};
   const std::int64_t stride = capacity_ * head_dim_;
   for (std::size_t l = 0; l < layers_.size(); ++l) {
-    f.push_back(feed::strided(layers_[l] + ".cache_k", keys_[l].data(), dims, stride));
-    f.push_back(feed::strided(layers_[l] + ".cache_v", values_[l].data(), dims, stride));
+    f.push_back(feed::strided(input_names_[2 * l], keys_[l].data(), dims, stride));
+    f.push_back(feed::strided(input_names_[2 * l + 1], values_[l].data(), dims, stride));
   }
   return f;
 }
@@ -45,21 +47,19 @@ void kv_cache<T>::append(const executor<T>& run, std::int64_t new_positions) {
                          " new positions exceed the capacity of " + std::to_string(capacity_));
   // find every source first, so that nothing is stored unless all of them fit
   std::vector<tensor_view<const T>> sources;
-  for (std::size_t l = 0; l < layers_.size(); ++l)
-    for (const char* which : {".cache_k", ".cache_v"}) {
-      const std::string name = layers_[l] + which;
-      const int in = run.input_index(name);
-      int concat_node = -1;
-      for (int c : run.plan().consumers(in))
-        if (run.plan().order[static_cast<std::size_t>(c)]->kind == op_kind::concat) concat_node = c;
-      if (concat_node < 0) throw shape_error("kv_cache: input \"" + name + "\" does not feed a concat<time> node");
-      auto v = run.value_at(concat_node);
-      const dims_t want{batch_, heads_, length_ + new_positions, head_dim_};
-      if (!(v.dims == want))
-        throw shape_error("kv_cache: after the step, \"" + name + "\" joined with the new keys is " + v.dims.str() +
-                          ", expected " + want.str() + " (was the step run with this cache's feeds?)");
-      sources.push_back(v);
-    }
+  for (const std::string& name : input_names_) {
+    const int in = run.input_index(name);
+    int concat_node = -1;
+    for (int c : run.plan().consumers(in))
+      if (run.plan().order[static_cast<std::size_t>(c)]->kind == op_kind::concat) concat_node = c;
+    if (concat_node < 0) throw shape_error("kv_cache: input \"" + name + "\" does not feed a concat<time> node");
+    auto v = run.value_at(concat_node);
+    const dims_t want{batch_, heads_, length_ + new_positions, head_dim_};
+    if (!(v.dims == want))
+      throw shape_error("kv_cache: after the step, \"" + name + "\" joined with the new keys is " + v.dims.str() +
+                        ", expected " + want.str() + " (was the step run with this cache's feeds?)");
+    sources.push_back(v);
+  }
   const std::int64_t rows = length_ + new_positions, blocks = batch_ * heads_;
   for (std::size_t l = 0; l < layers_.size(); ++l)
     for (int kv = 0; kv < 2; ++kv) {

@@ -40,6 +40,15 @@ struct dims_t {
     return n;
   }
   std::span<const std::int64_t> span() const { return {d.data(), static_cast<std::size_t>(rank)}; }
+  /// The multi-index of element `flat` in row-major order.
+  std::vector<std::int64_t> index_of(std::int64_t flat) const {
+    std::vector<std::int64_t> idx(static_cast<std::size_t>(rank));
+    for (int a = rank - 1; a >= 0; --a) {
+      idx[static_cast<std::size_t>(a)] = d[a] ? flat % d[a] : 0;
+      flat = d[a] ? flat / d[a] : 0;
+    }
+    return idx;
+  }
   friend bool operator==(const dims_t& a, const dims_t& b) {
     return a.rank == b.rank && std::equal(a.d.begin(), a.d.begin() + a.rank, b.d.begin());
   }

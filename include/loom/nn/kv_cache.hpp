@@ -56,6 +56,7 @@ class kv_cache {
  private:
   tensor<T> copy_out(const tensor<T>& block) const;
   std::vector<std::string> layers_;
+  std::vector<std::string> input_names_;  // "<layer>.cache_k", "<layer>.cache_v" per layer, in order
   std::int64_t batch_, heads_, head_dim_, capacity_, length_ = 0;
   std::vector<tensor<T>> keys_, values_;  // [B, H, capacity, d_k] each
 };
