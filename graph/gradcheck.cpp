@@ -119,7 +119,7 @@ gradcheck_result gradcheck(const plan_view& plan, param_store<double>& params, s
   // parameters of this graph, in plan order
   for (int i = 0; i < plan.size(); ++i) {
     const node_desc* d = plan.order[i];
-    if (d->kind != op_kind::param) continue;
+    if (d->op->role != node_role::param) continue;
     auto& t = params.value(d->name);
     const auto& g = params.grad(d->name);
     std::vector<double> analytic(g.values().begin(), g.values().end());

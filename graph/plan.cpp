@@ -1,14 +1,13 @@
 // The run-time helpers of plan_view: lookups and text for messages and Graphviz output.
 #include <string>
 
-#include "../ops/kernel.hpp"
 #include "loom/graph/plan.hpp"
 
 namespace loom {
 
 int plan_view::input_index(std::string_view name) const {
   for (int i = 0; i < size(); ++i)
-    if (order[static_cast<std::size_t>(i)]->kind == op_kind::input && order[static_cast<std::size_t>(i)]->name == name)
+    if (order[static_cast<std::size_t>(i)]->op->role == node_role::input && order[static_cast<std::size_t>(i)]->name == name)
       return i;
   return -1;
 }
@@ -27,9 +26,9 @@ std::string plan_view::shape_text(int i) const {
 
 std::string plan_view::describe(int i) const {
   const node_desc* d = order[static_cast<std::size_t>(i)];
-  if (d->kind == op_kind::input) return "input \"" + std::string(d->name) + "\"";
-  if (d->kind == op_kind::param) return "parameter \"" + std::string(d->name) + "\"";
-  return std::string(ops::op_name(d->kind)) + " (node " + std::to_string(i) + ")";
+  if (d->op->role == node_role::input) return "input \"" + std::string(d->name) + "\"";
+  if (d->op->role == node_role::param) return "parameter \"" + std::string(d->name) + "\"";
+  return std::string(d->op->name) + " (node " + std::to_string(i) + ")";
 }
 
 }  // namespace loom

@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "loom/core/errors.hpp"
+#include "loom/ops/concat.hpp"
 
 namespace loom::nn {
 
@@ -51,7 +52,7 @@ void kv_cache<T>::append(const executor<T>& run, std::int64_t new_positions) {
     const int in = run.input_index(name);
     int concat_node = -1;
     for (int c : run.plan().consumers(in))
-      if (run.plan().order[static_cast<std::size_t>(c)]->kind == op_kind::concat) concat_node = c;
+      if (run.plan().order[static_cast<std::size_t>(c)]->op == &concat_entry) concat_node = c;
     if (concat_node < 0) throw shape_error("kv_cache: input \"" + name + "\" does not feed a concat<time> node");
     auto v = run.value_at(concat_node);
     const dims_t want{batch_, heads_, length_ + new_positions, head_dim_};

@@ -4,7 +4,8 @@
 #include <algorithm>
 #include <cmath>
 
-#include "kernels.hpp"
+#include "kernel.hpp"
+#include "loom/ops/activation.hpp"
 #include "parallel.hpp"
 
 namespace loom::ops {

@@ -4,7 +4,8 @@
 //   sum: y = Σ x;  dx += dy.
 #include <algorithm>
 
-#include "kernels.hpp"
+#include "kernel.hpp"
+#include "loom/ops/add.hpp"
 #include "parallel.hpp"
 
 namespace loom::ops {

@@ -4,20 +4,16 @@
 #include <cstring>
 #include <string>
 
-#include "kernels.hpp"
+#include "kernel.hpp"
+#include "loom/ops/concat.hpp"
 #include "loom/core/errors.hpp"
 #include "parallel.hpp"
 
 namespace loom::ops {
 
 template <class T>
-bool concat_kernel<T>::reads_strided(const node_desc* node, int) {
-  return node->rank >= 2 && node->iattr[0] >= node->rank - 2;
-}
-
-template <class T>
 void concat_kernel<T>::forward(const op_args<T>& a) {
-  const int axis = static_cast<int>(a.attr(0));
+  const int axis = static_cast<int>(a.template attrs<concat_attrs>().axis);
   const dims_t& od = a.out_dims;
   const std::int64_t outer = od.prod(0, axis), inner = od.prod(axis + 1, od.rank);
   const std::int64_t out_chunk = od.d[axis] * inner;
@@ -40,7 +36,7 @@ void concat_kernel<T>::forward(const op_args<T>& a) {
 
 template <class T>
 void concat_kernel<T>::backward(const op_args<T>& a) {
-  const int axis = static_cast<int>(a.attr(0));
+  const int axis = static_cast<int>(a.template attrs<concat_attrs>().axis);
   const dims_t& od = a.out_dims;
   const std::int64_t outer = od.prod(0, axis), inner = od.prod(axis + 1, od.rank);
   const std::int64_t out_chunk = od.d[axis] * inner;
@@ -64,7 +60,7 @@ void concat_kernel<T>::backward(const op_args<T>& a) {
 
 template <class T>
 void slice_kernel<T>::check(const op_args<T>& a) {
-  const int axis = static_cast<int>(a.attr(0));
+  const int axis = static_cast<int>(a.template attrs<slice_attrs>().axis);
   const std::int64_t dim = a.in_dims[0].d[axis];
   if (a.dattr[0] < 0 || a.dattr[0] + a.dattr[1] > dim)
     throw shape_error("slice: [" + std::to_string(a.dattr[0]) + ", " + std::to_string(a.dattr[0] + a.dattr[1]) +
@@ -73,7 +69,7 @@ void slice_kernel<T>::check(const op_args<T>& a) {
 
 template <class T>
 void slice_kernel<T>::forward(const op_args<T>& a) {
-  const int axis = static_cast<int>(a.attr(0));
+  const int axis = static_cast<int>(a.template attrs<slice_attrs>().axis);
   const dims_t& xd = a.in_dims[0];
   const std::int64_t outer = xd.prod(0, axis), inner = xd.prod(axis + 1, xd.rank);
   const std::int64_t in_chunk = xd.d[axis] * inner, out_chunk = a.dattr[1] * inner;
@@ -88,7 +84,7 @@ template <class T>
 void slice_kernel<T>::backward(const op_args<T>& a) {
   T* dx = a.grad(0);
   if (!dx) return;
-  const int axis = static_cast<int>(a.attr(0));
+  const int axis = static_cast<int>(a.template attrs<slice_attrs>().axis);
   const dims_t& xd = a.in_dims[0];
   const std::int64_t outer = xd.prod(0, axis), inner = xd.prod(axis + 1, xd.rank);
   const std::int64_t in_chunk = xd.d[axis] * inner, out_chunk = a.dattr[1] * inner;

@@ -10,7 +10,8 @@
 #include <vector>
 
 #include "index_text.hpp"
-#include "kernels.hpp"
+#include "kernel.hpp"
+#include "loom/ops/cross_entropy.hpp"
 #include "loom/core/errors.hpp"
 #include "parallel.hpp"
 #include "vmath.hpp"
@@ -44,7 +45,7 @@ struct operands {
   std::int64_t count;  // rows whose target is not ignored
 
   explicit operands(const op_args<T>& a)
-      : v(a.in_dims[0][-1]), rows(a.in_dims[1].size()), ignore(a.attr(0)), eps(a.node->fattr[0]), x(a.input(0)),
+      : v(a.in_dims[0][-1]), rows(a.in_dims[1].size()), ignore(a.template attrs<cross_entropy_attrs>().ignore_index), eps(a.template attrs<cross_entropy_attrs>().label_smoothing), x(a.input(0)),
         target(a.template input<std::int32_t>(1)), count(counted_rows(target, a.in_dims[1], v, ignore)) {}
 };
 

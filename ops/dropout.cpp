@@ -7,7 +7,8 @@
 //   key = mix(mix(seed[0] · 2³² + seed[1]) ^ the node's structural hash).
 #include <cmath>
 
-#include "kernels.hpp"
+#include "kernel.hpp"
+#include "loom/ops/dropout.hpp"
 #include "parallel.hpp"
 
 namespace loom::ops {
@@ -33,7 +34,7 @@ struct dropout_mask {
     const std::uint64_t words =
         (std::uint64_t{static_cast<std::uint32_t>(seed[0])} << 32) | static_cast<std::uint32_t>(seed[1]);
     key = mix(mix(words) ^ a.node->hash);
-    threshold = static_cast<std::uint64_t>(std::ceil(a.node->fattr[0] * 0x1.0p53));
+    threshold = static_cast<std::uint64_t>(std::ceil(a.template attrs<dropout_attrs>().p * 0x1.0p53));
   }
   bool keep(std::int64_t i) const {
     const std::uint64_t draw = mix(key + (static_cast<std::uint64_t>(i) + 1) * golden_gamma) >> 11;
@@ -48,7 +49,7 @@ void dropout_kernel<T>::forward(const op_args<T>& a) {
   const std::int64_t n = a.out_dims.size();
   const T* x = a.input(0);
   T* y = a.out;
-  const double p = a.node->fattr[0];
+  const double p = a.template attrs<dropout_attrs>().p;
   if (!a.training || p == 0) {
     for_chunks(n, elementwise_grain, [&](std::int64_t b, std::int64_t e) {
       for (std::int64_t i = b; i < e; ++i) y[i] = x[i];
@@ -68,7 +69,7 @@ void dropout_kernel<T>::backward(const op_args<T>& a) {
   if (!dx) return;
   const std::int64_t n = a.out_dims.size();
   const T* dy = a.dout;
-  const double p = a.node->fattr[0];
+  const double p = a.template attrs<dropout_attrs>().p;
   if (!a.training || p == 0) {
     for_chunks(n, elementwise_grain, [&](std::int64_t b, std::int64_t e) {
       for (std::int64_t i = b; i < e; ++i) dx[i] += dy[i];

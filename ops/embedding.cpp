@@ -7,7 +7,8 @@
 #include <string>
 
 #include "index_text.hpp"
-#include "kernels.hpp"
+#include "kernel.hpp"
+#include "loom/ops/embedding.hpp"
 #include "loom/core/errors.hpp"
 #include "parallel.hpp"
 

@@ -49,22 +49,11 @@ struct op_args {
     }
     return in_mat_stride[static_cast<std::size_t>(i)];
   }
-  long attr(int i) const { return node->iattr[static_cast<std::size_t>(i)]; }
-};
-
-template <class T>
-struct op_entry {
-  const char* name = nullptr;
-  void (*forward)(const op_args<T>&) = nullptr;
-  void (*backward)(const op_args<T>&) = nullptr;
-  /// Run-time checks beyond what the types can see (called when binding; throws shape_error).
-  void (*check)(const op_args<T>&) = nullptr;
-  /// Whether forward() reads input i in place when its matrices are not back to back
-  /// (see op_args::in_mat_stride); otherwise the executor hands it a contiguous copy.
-  bool (*reads_strided)(const node_desc*, int input) = nullptr;
-  /// Whether backward() honours op_args::din_fresh (stores a first contribution instead of
-  /// adding it to a zeroed buffer).
-  bool writes_fresh = false;
+  /// The node's attributes, as its op's typed attribute struct (say matmul_attrs).
+  template <class A>
+  A attrs() const {
+    return load_attrs<A>(*node);
+  }
 };
 
 /// Calls f(std::true_type) when `fresh`, else f(std::false_type): kernels write their loops
@@ -79,12 +68,5 @@ inline void put(T& dst, T value) {
   if constexpr (Fresh) dst = value;
   else dst += value;
 }
-
-/// The kernel table, indexed by op_kind.
-template <class T>
-const op_entry<T>& kernel(op_kind kind);
-
-/// Human-readable op name ("matmul", "softmax", ...).
-const char* op_name(op_kind kind);
 
 }  // namespace loom::ops

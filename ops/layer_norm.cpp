@@ -8,7 +8,8 @@
 #include <cmath>
 #include <vector>
 
-#include "kernels.hpp"
+#include "kernel.hpp"
+#include "loom/ops/layer_norm.hpp"
 #include "parallel.hpp"
 #include "vmath.hpp"
 
@@ -40,7 +41,7 @@ template <class T>
 void layer_norm_kernel<T>::forward(const op_args<T>& a) {
   const std::int64_t d = a.out_dims[-1];
   const std::int64_t rows = d ? a.out_dims.size() / d : 0;
-  const double eps = a.node->fattr[0];
+  const double eps = a.template attrs<layer_norm_attrs>().eps;
   const T* x = a.input(0);
   const T* gamma = a.input(1);
   const T* beta = a.input(2);
@@ -67,7 +68,7 @@ void layer_norm_kernel<T>::backward(const op_args<T>& a) {
     if (dbeta && a.fresh(2)) std::fill(dbeta, dbeta + d, T(0));
     return;
   }
-  const double eps = a.node->fattr[0];
+  const double eps = a.template attrs<layer_norm_attrs>().eps;
   const T* x = a.input(0);
   const T* gamma = a.input(1);
   const T* dy = a.dout;

@@ -9,7 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "kernels.hpp"
+#include "kernel.hpp"
+#include "loom/ops/mask.hpp"
 #include "loom/core/errors.hpp"
 #include "parallel.hpp"
 
@@ -64,7 +65,7 @@ void padding(const op_args<T>& a, bool backward) {
   const std::int64_t b = a.out_dims[0], s = a.out_dims[-1];
   const std::int64_t rows_per_seq = b ? a.out_dims.size() / (b * s) : 0;
   const std::int32_t* len = a.template input<std::int32_t>(1);
-  const bool left = a.attr(0) != 0;
+  const bool left = a.template attrs<mask_padding_attrs>().left;
   // a right-padding length beyond S is a mistake; a left-padding start beyond the keys of a
   // prefill chunk just hides them all
   for (std::int64_t i = 0; i < b; ++i)

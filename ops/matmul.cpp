@@ -6,7 +6,8 @@
 #include <algorithm>
 
 #include "blas.hpp"
-#include "kernels.hpp"
+#include "kernel.hpp"
+#include "loom/ops/matmul.hpp"
 #include "parallel.hpp"
 
 namespace loom::ops {
@@ -23,8 +24,9 @@ struct mm_dims {
 template <class T>
 mm_dims dims_of(const op_args<T>& a) {
   mm_dims d{};
-  d.ta = a.attr(0) != 0;
-  d.tb = a.attr(1) != 0;
+  const auto attrs = a.template attrs<matmul_attrs>();
+  d.ta = attrs.trans_a;
+  d.tb = attrs.trans_b;
   const dims_t& da = a.in_dims[0];
   const dims_t& db = a.in_dims[1];
   d.m = d.ta ? da[-1] : da[-2];

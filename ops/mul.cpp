@@ -4,7 +4,8 @@
 //             parallel chunks, rows in order inside each: the same sum for any thread count)
 #include <algorithm>
 
-#include "kernels.hpp"
+#include "kernel.hpp"
+#include "loom/ops/mul.hpp"
 #include "parallel.hpp"
 
 namespace loom::ops {

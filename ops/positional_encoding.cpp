@@ -8,7 +8,8 @@
 #include <vector>
 
 #include "index_text.hpp"
-#include "kernels.hpp"
+#include "kernel.hpp"
+#include "loom/ops/positional_encoding.hpp"
 #include "loom/core/errors.hpp"
 #include "parallel.hpp"
 
@@ -18,7 +19,7 @@ template <class T>
 void positional_encoding_kernel<T>::forward(const op_args<T>& a) {
   const std::int64_t d = a.out_dims[-1], t = a.out_dims[-2];
   const std::int64_t rows = d ? a.out_dims.size() / d : 0;
-  const bool given = a.attr(0) != 0;
+  const bool given = a.template attrs<positional_encoding_attrs>().with_positions;
   const std::int32_t* pos = given ? a.template input<std::int32_t>(1) : nullptr;
   if (given)
     for (std::int64_t r = 0; r < rows; ++r)

@@ -3,7 +3,8 @@
 //   transpose: y[i_0, .., i_r] = x[j] with j_{P_k} = i_k;  dx += dy permuted back.
 #include <cstring>
 
-#include "kernels.hpp"
+#include "kernel.hpp"
+#include "loom/ops/reshape.hpp"
 #include "parallel.hpp"
 
 namespace loom::ops {
@@ -47,7 +48,8 @@ void for_each_row(const op_args<auto>& a, Fn&& fn) {
     xs[i] = st;
     st *= xd.d[i];
   }
-  for (int i = 0; i < r; ++i) xstride[i] = xs[a.attr(i)];
+  const auto perm = load_attrs<transpose_attrs>(*a.node).perm;
+  for (int i = 0; i < r; ++i) xstride[i] = xs[perm[static_cast<std::size_t>(i)]];
   if (r == 0) {
     fn(0, 0, 1, 1);
     return;

@@ -1,12 +1,13 @@
 // scale kernels: y = c · x;  dx += c · dy.
-#include "kernels.hpp"
+#include "kernel.hpp"
+#include "loom/ops/scale.hpp"
 #include "parallel.hpp"
 
 namespace loom::ops {
 
 template <class T>
 void scale_kernel<T>::forward(const op_args<T>& a) {
-  const T c = static_cast<T>(a.node->fattr[0]);
+  const T c = static_cast<T>(a.template attrs<scale_attrs>().factor);
   const T* x = a.input(0);
   T* y = a.out;
   for_chunks(a.out_dims.size(), 1 << 14, [&](std::int64_t b, std::int64_t e) {
@@ -18,7 +19,7 @@ template <class T>
 void scale_kernel<T>::backward(const op_args<T>& a) {
   T* dx = a.grad(0);
   if (!dx) return;
-  const T c = static_cast<T>(a.node->fattr[0]);
+  const T c = static_cast<T>(a.template attrs<scale_attrs>().factor);
   const T* dy = a.dout;
   with_fresh(a.fresh(0), [&](auto fresh) {
     for_chunks(a.out_dims.size(), 1 << 14, [&](std::int64_t b, std::int64_t e) {

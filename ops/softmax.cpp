@@ -5,7 +5,8 @@
 // softmax_avx2.cpp, compiled for those instructions (the baseline build is SSE2 only).
 #include <type_traits>
 
-#include "kernels.hpp"
+#include "kernel.hpp"
+#include "loom/ops/softmax.hpp"
 #include "parallel.hpp"
 #include "softmax_rows.hpp"
 

@@ -26,7 +26,7 @@ namespace {
 
 bool is_input(const plan_view& plan, std::string_view name) {
   for (const node_desc* d : plan.order)
-    if (d->kind == op_kind::input && d->name == name) return true;
+    if (d->op->role == node_role::input && d->name == name) return true;
   return false;
 }
 

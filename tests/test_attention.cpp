@@ -5,6 +5,7 @@
 
 #include "loom/loom.hpp"
 #include "loom/nn/attention.hpp"
+#include "support/corruption.hpp"
 #include "test_support.hpp"
 #include "worked_attention.hpp"
 
@@ -94,14 +95,14 @@ TEST_CASE("gradcheck catches a wrong backward") {
   auto xs = test::random_tensor<double>({2, 3, D}, 5);
   REQUIRE(gradcheck(g, p, {{"x", xs}}).ok);
   SECTION("softmax's gradient added twice") {
-    testing::scoped_corruption broken(op_kind::softmax, testing::corruption::run_twice);
+    testing::scoped_corruption broken(softmax_entry, testing::corruption::run_twice);
     auto r = gradcheck(g, p, {{"x", xs}});
     CHECK_FALSE(r.ok);
     CHECK(r.failed > 0);
     CHECK_THAT(r.str(), Catch::Contains("FAILED") && Catch::Contains("analytic"));
   }
   SECTION("matmul's backward skipped") {
-    testing::scoped_corruption broken(op_kind::matmul, testing::corruption::skip);
+    testing::scoped_corruption broken(matmul_entry, testing::corruption::skip);
     CHECK_FALSE(gradcheck(g, p, {{"x", xs}}).ok);
   }
   REQUIRE(gradcheck(g, p, {{"x", xs}}).ok);  // and the kernels are restored afterwards
@@ -111,7 +112,7 @@ TEST_CASE("gradcheck reports the worst element by name and index") {
   auto g = make_graph(nn::self_attention<"a", 2>(X{}));
   auto p = g.make_params<double>(3);
   auto xs = test::random_tensor<double>({1, 2, D}, 5);
-  testing::scoped_corruption broken(op_kind::scale, testing::corruption::run_twice);
+  testing::scoped_corruption broken(scale_entry, testing::corruption::run_twice);
   auto r = gradcheck(g, p, {{"x", xs}});
   REQUIRE_FALSE(r.ok);
   CHECK_FALSE(r.worst_name.empty());

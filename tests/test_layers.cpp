@@ -12,6 +12,7 @@
 
 #include "loom/loom.hpp"
 #include "loom/nn/layers.hpp"
+#include "support/corruption.hpp"
 #include "test_support.hpp"
 
 using namespace loom;
@@ -643,19 +644,16 @@ TEST_CASE("gradcheck notices when the backward of any of these ops adds its grad
   auto y = input<"y", shape<fix<3>>>();
   auto relu_mul = make_graph(relu(x) * y);
   tensor<double> xs({2, 3}, {0.5, -1, 2, 1, 1.5, -0.5}), ys({3}, {0.3, -0.7, 1.1});
-  const std::pair<op_kind, const char*> in_stack[] = {
-      {op_kind::embedding, "embedding"},   {op_kind::positional_encoding, "positional_encoding"},
-      {op_kind::layer_norm, "layer_norm"}, {op_kind::gelu, "gelu"},
-      {op_kind::dropout, "dropout"},       {op_kind::cross_entropy, "cross_entropy"}};
-  for (auto [kind, name] : in_stack) {
-    INFO(name);
-    testing::scoped_corruption broken(kind, testing::corruption::run_twice);
+  const op_entry* in_stack[] = {&embedding_entry, &positional_encoding_entry, &layer_norm_entry,
+                                &gelu_entry,      &dropout_entry,             &cross_entropy_entry};
+  for (const op_entry* op : in_stack) {
+    INFO(op->name);
+    testing::scoped_corruption broken(*op, testing::corruption::run_twice);
     CHECK_FALSE(gradcheck(g, p, {{"tok", ts}, {"target", targets_fed}, {"seed", seed_of(9, 1)}}).ok);
   }
-  const std::pair<op_kind, const char*> in_relu_mul[] = {{op_kind::relu, "relu"}, {op_kind::mul, "mul"}};
-  for (auto [kind, name] : in_relu_mul) {
-    INFO(name);
-    testing::scoped_corruption broken(kind, testing::corruption::run_twice);
+  for (const op_entry* op : {&relu_entry, &mul_entry}) {
+    INFO(op->name);
+    testing::scoped_corruption broken(*op, testing::corruption::run_twice);
     CHECK_FALSE(gradcheck(relu_mul, p, {{"x", xs}, {"y", ys}}).ok);
   }
   CHECK(gradcheck(relu_mul, p, {{"x", xs}, {"y", ys}}).ok);  // and the kernels are restored

@@ -33,6 +33,16 @@ inline constexpr dtype dtype_of = [] {
   else return dtype::i32;
 }();
 
+/// The entries of the two kinds of leaves: tensors fed by name, and named parameters.
+inline constexpr op_entry input_entry{.name = "input", .id = 0, .role = node_role::input};
+inline constexpr op_entry param_entry{.name = "param", .id = 1, .role = node_role::param};
+
+/// A parameter's attributes: the fan-in its initialiser uses (init_kind::linear_bias).
+struct param_attrs {
+  long fan_in = 0;
+  constexpr auto fields() { return std::tie(fan_in); }
+};
+
 template <class N>
 struct resolve {
   using type = N;
@@ -60,11 +70,11 @@ struct node {
   static constexpr std::array<const node_desc*, sizeof...(In)> input_descs{desc_ptr<In>()...};
   static constexpr node_desc make_desc() {
     node_desc d;
-    d.kind = Op::kind;
+    d.op = &Op::entry;
     d.rank = shape::rank;
     d.dims = shape_exprs_of<shape>();
     d.inputs = input_descs;
-    if constexpr (requires { Op::describe(d); }) Op::describe(d);
+    if constexpr (requires { Op::attrs; }) store_attrs(d, Op::attrs);
     d.hash = detail::hash_desc(d);
     return d;
   }
@@ -77,7 +87,7 @@ struct input_node {
   using shape = Shape;
   static constexpr node_desc make_desc() {
     node_desc d;
-    d.kind = op_kind::input;
+    d.op = &input_entry;
     d.elem = dtype_of<E>;
     d.name = Name.view();
     d.rank = Shape::rank;
@@ -115,12 +125,12 @@ struct param_node {
   using shape = Shape;
   static constexpr node_desc make_desc() {
     node_desc d;
-    d.kind = op_kind::param;
+    d.op = &param_entry;
     d.name = Name.view();
     d.rank = Shape::rank;
     d.dims = shape_exprs_of<Shape>();
     d.init = Init::kind;
-    d.iattr[0] = Init::fan_in;
+    store_attrs(d, param_attrs{Init::fan_in});
     d.hash = detail::hash_desc(d);
     return d;
   }

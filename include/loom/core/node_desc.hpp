@@ -11,37 +11,12 @@
 #include <cstdint>
 #include <span>
 #include <string_view>
+#include <tuple>
 
 #include "loom/core/dims.hpp"
+#include "loom/core/op_entry.hpp"
 
 namespace loom {
-
-/// Every op loom knows. The executor dispatches kernels on this (see ops/registry.cpp).
-enum class op_kind : std::uint8_t {
-  input,
-  param,
-  matmul,
-  scale,
-  mask_causal,
-  mask_padding,
-  mask_bool,
-  softmax,
-  concat,
-  slice,
-  reshape,
-  transpose,
-  add,
-  mul,
-  embedding,
-  positional_encoding,
-  layer_norm,
-  relu,
-  gelu,
-  dropout,
-  cross_entropy,
-  sum,
-  count_  // number of kinds; keep last
-};
 
 /// Element type of a node's values. Computed nodes and most inputs hold `real` (the
 /// executor's scalar type: float or double); token ids and lengths are i32; masks are u8.
@@ -68,15 +43,17 @@ enum class init_kind : std::uint8_t {
 };
 
 struct node_desc {
-  op_kind kind = op_kind::input;
+  const op_entry* op = nullptr;  // what the node is (role, name, kernels, traits)
   dtype elem = dtype::real;
   std::string_view name{};  // inputs and params: their name; blocks: nothing
   int rank = 0;
   std::array<dim_expr, max_rank> dims{};
   std::span<const node_desc* const> inputs{};
-  std::array<long, 8> iattr{};      // op attributes (axis, flags, ...)
-  std::array<double, 2> fattr{};    // op attributes (scale factor, eps, ...)
-  std::array<dim_expr, 2> dattr{};  // op attributes that are dims (slice begin and size)
+  // the op's attributes, written and read through its typed attribute struct (store_attrs,
+  // load_attrs): integers and flags, reals, and dims (bound at run time: slice begin and size)
+  std::array<long, 8> iattr{};
+  std::array<double, 2> fattr{};
+  std::array<dim_expr, 2> dattr{};
   init_kind init = init_kind::zeros;
   std::uint64_t hash = 0;           // structural hash; identical nodes are one object anyway
 };
@@ -103,7 +80,7 @@ constexpr std::uint64_t fnv(std::uint64_t h, const dim_expr& d) {
 }
 constexpr std::uint64_t hash_desc(const node_desc& d) {
   std::uint64_t h = 14695981039346656037ull;
-  h = fnv(h, static_cast<std::uint64_t>(d.kind));
+  h = fnv(h, static_cast<std::uint64_t>(d.op->id));
   h = fnv(h, static_cast<std::uint64_t>(d.elem));
   h = fnv(h, d.name);
   for (int i = 0; i < d.rank; ++i) h = fnv(h, d.dims[i]);
@@ -115,5 +92,56 @@ constexpr std::uint64_t hash_desc(const node_desc& d) {
   return h;
 }
 }  // namespace detail
+
+// ---- typed attributes ----
+//
+// An op's attributes are a struct with named fields (bool, int, long, double, dim_expr, or a
+// std::array<long, N>) and a `fields()` member returning std::tie(field...). store_attrs
+// writes them into a descriptor's slots in that order; load_attrs reads them back. The order
+// is written once, in fields(), so the header that stores and the kernel that reads agree.
+namespace detail {
+struct attr_writer {
+  node_desc& d;
+  std::size_t ni = 0, nf = 0, nd = 0;
+  constexpr void operator()(bool v) { d.iattr[ni++] = v; }
+  constexpr void operator()(int v) { d.iattr[ni++] = v; }
+  constexpr void operator()(long v) { d.iattr[ni++] = v; }
+  constexpr void operator()(double v) { d.fattr[nf++] = v; }
+  constexpr void operator()(const dim_expr& v) { d.dattr[nd++] = v; }
+  template <std::size_t N>
+  constexpr void operator()(const std::array<long, N>& v) {
+    for (long x : v) d.iattr[ni++] = x;
+  }
+};
+struct attr_reader {
+  const node_desc& d;
+  std::size_t ni = 0, nf = 0, nd = 0;
+  constexpr void operator()(bool& v) { v = d.iattr[ni++] != 0; }
+  constexpr void operator()(int& v) { v = static_cast<int>(d.iattr[ni++]); }
+  constexpr void operator()(long& v) { v = d.iattr[ni++]; }
+  constexpr void operator()(double& v) { v = d.fattr[nf++]; }
+  constexpr void operator()(dim_expr& v) { v = d.dattr[nd++]; }
+  template <std::size_t N>
+  constexpr void operator()(std::array<long, N>& v) {
+    for (long& x : v) x = d.iattr[ni++];
+  }
+};
+}  // namespace detail
+
+/// Writes the attributes `a` into d's slots (see above).
+template <class A>
+constexpr void store_attrs(node_desc& d, A a) {
+  detail::attr_writer w{d};
+  std::apply([&](auto&... f) { (w(f), ...); }, a.fields());
+}
+
+/// The attributes of type A stored in d by store_attrs.
+template <class A>
+constexpr A load_attrs(const node_desc& d) {
+  A a{};
+  detail::attr_reader r{d};
+  std::apply([&](auto&... f) { (r(f), ...); }, a.fields());
+  return a;
+}
 
 }  // namespace loom

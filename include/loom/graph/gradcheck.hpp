@@ -7,7 +7,6 @@
 #include <string>
 #include <vector>
 
-#include "loom/core/node_desc.hpp"
 #include "loom/core/params.hpp"
 #include "loom/graph/feed.hpp"
 #include "loom/graph/plan.hpp"
@@ -53,22 +52,5 @@ gradcheck_result gradcheck(const Graph& g, param_store<double>& params, std::ini
                            gradcheck_options options = {}) {
   return gradcheck(g.plan(), params, std::span<const feed>(feeds.begin(), feeds.size()), options);
 }
-
-namespace testing {
-/// How a test may break a backward kernel to prove that gradcheck notices.
-enum class corruption { run_twice, skip };
-/// While alive, the backward of `kind` (in double) is run twice or skipped. Test-only; not
-/// thread-safe with running executors.
-class scoped_corruption {
- public:
-  scoped_corruption(op_kind kind, corruption how);
-  ~scoped_corruption();
-  scoped_corruption(const scoped_corruption&) = delete;
-  scoped_corruption& operator=(const scoped_corruption&) = delete;
-
- private:
-  op_kind kind_;
-};
-}  // namespace testing
 
 }  // namespace loom

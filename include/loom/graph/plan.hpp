@@ -59,7 +59,7 @@ namespace detail {
 /// of descriptors in constant expressions under -fsanitize=address, and two node types with
 /// the same structure (say, a bool and a uint8_t mask input of one name) are one node anyway.
 constexpr bool same_node(const node_desc& a, const node_desc& b) {
-  if (a.hash != b.hash || a.kind != b.kind || a.elem != b.elem || a.name != b.name || a.rank != b.rank ||
+  if (a.hash != b.hash || a.op->id != b.op->id || a.elem != b.elem || a.name != b.name || a.rank != b.rank ||
       a.init != b.init || a.inputs.size() != b.inputs.size())
     return false;
   for (int i = 0; i < a.rank; ++i)
@@ -226,8 +226,8 @@ constexpr plan_data<N, E, S, R> build_plan(std::span<const node_desc* const> roo
     const node_desc* d = order[i];
     p.order[i] = d;
     p.in_off[i] = e;
-    bool param = d->kind == op_kind::param;
-    bool input = d->kind == op_kind::input && d->elem == dtype::real;
+    bool param = d->op->role == node_role::param;
+    bool input = d->op->role == node_role::input && d->elem == dtype::real;
     for (const node_desc* in : d->inputs) {
       int j = index.find(in);
       p.in_idx[e++] = j;

@@ -9,16 +9,53 @@
 
 namespace loom {
 
+namespace ops {
+template <class T>
+struct relu_kernel {  // ops/activation.cpp
+  static void forward(const op_args<T>& a);
+  static void backward(const op_args<T>& a);
+};
+}  // namespace ops
+
+inline constexpr op_entry relu_entry{
+    .name = "relu",
+    .id = 17,
+    .f32 = kernels_of<ops::relu_kernel, float>(),
+    .f64 = kernels_of<ops::relu_kernel, double>(),
+    .writes_fresh = true,
+    .can_run_in_place = true,
+    .backward_reads = reads({0}),
+};
+LOOM_REGISTER_OP(relu_entry);
+
 struct relu_op {
-  static constexpr op_kind kind = op_kind::relu;
+  static constexpr const op_entry& entry = relu_entry;
   template <class S>
   struct rule {
     using type = S;
   };
 };
 
+namespace ops {
+template <class T>
+struct gelu_kernel {  // ops/activation.cpp
+  static void forward(const op_args<T>& a);
+  static void backward(const op_args<T>& a);
+};
+}  // namespace ops
+
+inline constexpr op_entry gelu_entry{
+    .name = "gelu",
+    .id = 18,
+    .f32 = kernels_of<ops::gelu_kernel, float>(),
+    .f64 = kernels_of<ops::gelu_kernel, double>(),
+    .can_run_in_place = true,
+    .backward_reads = reads({0}),
+};
+LOOM_REGISTER_OP(gelu_entry);
+
 struct gelu_op {
-  static constexpr op_kind kind = op_kind::gelu;
+  static constexpr const op_entry& entry = gelu_entry;
   template <class S>
   struct rule {
     using type = S;

@@ -14,8 +14,26 @@ inline constexpr bool is_shape_suffix = [] {
   else return std::is_same_v<shape_tail<A, A::rank - B::rank>, B>;
 }();
 
+namespace ops {
+template <class T>
+struct add_kernel {  // ops/add.cpp
+  static void forward(const op_args<T>& a);
+  static void backward(const op_args<T>& a);
+};
+}  // namespace ops
+
+inline constexpr op_entry add_entry{
+    .name = "add",
+    .id = 12,
+    .f32 = kernels_of<ops::add_kernel, float>(),
+    .f64 = kernels_of<ops::add_kernel, double>(),
+    .writes_fresh = true,
+    .can_run_in_place = true,
+};
+LOOM_REGISTER_OP(add_entry);
+
 struct add_op {
-  static constexpr op_kind kind = op_kind::add;
+  static constexpr const op_entry& entry = add_entry;
   template <class A, class B>
   struct rule {
     static_assert(is_shape_suffix<A, B>,
@@ -38,8 +56,24 @@ constexpr auto operator+(A a, B b) {
   else return add(b, a);
 }
 
+namespace ops {
+template <class T>
+struct sum_kernel {  // ops/add.cpp
+  static void forward(const op_args<T>& a);
+  static void backward(const op_args<T>& a);
+};
+}  // namespace ops
+
+inline constexpr op_entry sum_entry{
+    .name = "sum",
+    .id = 21,
+    .f32 = kernels_of<ops::sum_kernel, float>(),
+    .f64 = kernels_of<ops::sum_kernel, double>(),
+};
+LOOM_REGISTER_OP(sum_entry);
+
 struct sum_op {
-  static constexpr op_kind kind = op_kind::sum;
+  static constexpr const op_entry& entry = sum_entry;
   template <class S>
   struct rule {
     using type = shape<>;

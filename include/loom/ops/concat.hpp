@@ -42,9 +42,40 @@ struct dim_sum<D, E, R...> {
 template <int Axis, class First, class Other>
 inline constexpr bool concat_dims_match = detail::same_except_axis<Axis, First, Other>();
 
+namespace ops {
+template <class T>
+struct concat_kernel {  // ops/concat.cpp
+  static void forward(const op_args<T>& a);
+  static void backward(const op_args<T>& a);
+};
+}  // namespace ops
+
+/// concat's attributes (stored in its node's descriptor, read by its kernels).
+struct concat_attrs {
+  long axis = 0;
+  constexpr auto fields() { return std::tie(axis); }
+};
+
+/// concat reads operands whose matrices are spaced apart in place when it joins along one of
+/// the last two axes (a KV cache's blocks, read through feed::strided).
+constexpr bool concat_reads_strided(const node_desc& node, int) {
+  return node.rank >= 2 && load_attrs<concat_attrs>(node).axis >= node.rank - 2;
+}
+
+inline constexpr op_entry concat_entry{
+    .name = "concat",
+    .id = 8,
+    .f32 = kernels_of<ops::concat_kernel, float>(),
+    .f64 = kernels_of<ops::concat_kernel, double>(),
+    .reads_strided = &concat_reads_strided,
+    .writes_fresh = true,
+};
+LOOM_REGISTER_OP(concat_entry);
+
 template <int Axis>
 struct concat_op {
-  static constexpr op_kind kind = op_kind::concat;
+  static constexpr const op_entry& entry = concat_entry;
+  static constexpr concat_attrs attrs{Axis};
   template <class S0, class... S>
   struct rule {
     static constexpr int axis = norm_axis<Axis, S0::rank>;
@@ -53,7 +84,6 @@ struct concat_op {
                   "concat: operands must have the same rank and the same dims except along the axis");
     using type = shape_set<S0, axis, typename detail::dim_sum<dim_at<S0, axis>, dim_at<S, axis>...>::type>;
   };
-  static constexpr void describe(node_desc& d) { d.iattr[0] = Axis; }
 };
 
 /// Concatenation along Axis (negative counts from the end).
@@ -72,9 +102,34 @@ inline constexpr bool slice_fits = [] {
     return true;  // checked at run time
 }();
 
+namespace ops {
+template <class T>
+struct slice_kernel {  // ops/concat.cpp
+  static void forward(const op_args<T>& a);
+  static void backward(const op_args<T>& a);
+  static void check(const op_args<T>& a);
+};
+}  // namespace ops
+
+/// slice's attributes (stored in its node's descriptor, read by its kernels).
+struct slice_attrs {
+  long axis = 0;
+  dim_expr begin{}, size{};  // bound at run time (op_args::dattr)
+  constexpr auto fields() { return std::tie(axis, begin, size); }
+};
+
+inline constexpr op_entry slice_entry{
+    .name = "slice",
+    .id = 9,
+    .f32 = kernels_of<ops::slice_kernel, float>(),
+    .f64 = kernels_of<ops::slice_kernel, double>(),
+};
+LOOM_REGISTER_OP(slice_entry);
+
 template <int Axis, class Begin, class Size>
 struct slice_op {
-  static constexpr op_kind kind = op_kind::slice;
+  static constexpr const op_entry& entry = slice_entry;
+  static constexpr slice_attrs attrs{Axis, dim_expr_of<Begin>(), dim_expr_of<Size>()};
   template <class S>
   struct rule {
     static constexpr int axis = norm_axis<Axis, S::rank>;
@@ -82,11 +137,6 @@ struct slice_op {
     static_assert(slice_fits<Begin, Size, dim_at<S, axis>>, "slice: Begin + Size exceeds the axis");
     using type = shape_set<S, axis, Size>;
   };
-  static constexpr void describe(node_desc& d) {
-    d.iattr[0] = Axis;
-    d.dattr[0] = dim_expr_of<Begin>();
-    d.dattr[1] = dim_expr_of<Size>();
-  }
 };
 
 /// x[.., Begin : Begin + Size, ..] along Axis; Begin and Size are dims (fix<N>, dyn<"P">).

@@ -11,6 +11,8 @@
 //   A target outside [0, V) that is not IgnoreIndex throws value_error.
 #pragma once
 
+#include <tuple>
+
 #include "loom/core/node.hpp"
 
 namespace loom {
@@ -24,20 +26,42 @@ inline constexpr bool targets_fit = [] {
     return std::is_same_v<shape_head<Logits, Logits::rank - 1>, Target>;
 }();
 
+namespace ops {
+template <class T>
+struct cross_entropy_kernel {  // ops/cross_entropy.cpp
+  static void forward(const op_args<T>& a);
+  static void backward(const op_args<T>& a);
+};
+}  // namespace ops
+
+/// cross_entropy's attributes (stored in its node's descriptor, read by its kernels).
+struct cross_entropy_attrs {
+  long ignore_index = -100;
+  double label_smoothing = 0;
+  constexpr auto fields() { return std::tie(ignore_index, label_smoothing); }
+};
+
+inline constexpr op_entry cross_entropy_entry{
+    .name = "cross_entropy",
+    .id = 20,
+    .f32 = kernels_of<ops::cross_entropy_kernel, float>(),
+    .f64 = kernels_of<ops::cross_entropy_kernel, double>(),
+    .writes_fresh = true,
+    .backward_reads = reads({0, 1}),
+};
+LOOM_REGISTER_OP(cross_entropy_entry);
+
 template <long IgnoreIndex, double LabelSmoothing>
 struct cross_entropy_op {
   static_assert(LabelSmoothing >= 0 && LabelSmoothing <= 1, "cross_entropy: label smoothing must be in [0, 1]");
-  static constexpr op_kind kind = op_kind::cross_entropy;
+  static constexpr const op_entry& entry = cross_entropy_entry;
+  static constexpr cross_entropy_attrs attrs{IgnoreIndex, LabelSmoothing};
   template <class L, class Tg>
   struct rule {
     static_assert(L::rank >= 1, "cross_entropy: logits must be [.., V]");
     static_assert(targets_fit<L, Tg>, "cross_entropy: targets must have the logits' dims without the last [..]");
     using type = shape<>;
   };
-  static constexpr void describe(node_desc& d) {
-    d.iattr[0] = IgnoreIndex;
-    d.fattr[0] = LabelSmoothing;
-  }
 };
 
 /// Mean cross-entropy of logits [.., V] against int targets [..] -> a scalar. Targets equal to

@@ -13,6 +13,8 @@
 //   dropout<P>(x, seed) written twice is one node with one mask. P = 1 drops everything.
 #pragma once
 
+#include <tuple>
+
 #include "loom/core/node.hpp"
 
 namespace loom {
@@ -21,16 +23,40 @@ namespace loom {
 template <class S>
 inline constexpr bool is_dropout_seed = std::is_same_v<S, shape<fix<2>>>;
 
+namespace ops {
+template <class T>
+struct dropout_kernel {  // ops/dropout.cpp
+  static void forward(const op_args<T>& a);
+  static void backward(const op_args<T>& a);
+};
+}  // namespace ops
+
+/// dropout's attributes (stored in its node's descriptor, read by its kernels).
+struct dropout_attrs {
+  double p = 0;  // probability of dropping an element
+  constexpr auto fields() { return std::tie(p); }
+};
+
+inline constexpr op_entry dropout_entry{
+    .name = "dropout",
+    .id = 19,
+    .f32 = kernels_of<ops::dropout_kernel, float>(),
+    .f64 = kernels_of<ops::dropout_kernel, double>(),
+    .can_run_in_place = true,
+    .backward_reads = reads({1}),
+};
+LOOM_REGISTER_OP(dropout_entry);
+
 template <double P>
 struct dropout_op {
   static_assert(P >= 0 && P <= 1, "dropout: the drop probability P must be in [0, 1]");
-  static constexpr op_kind kind = op_kind::dropout;
+  static constexpr const op_entry& entry = dropout_entry;
+  static constexpr dropout_attrs attrs{P};
   template <class X, class Seed>
   struct rule {
     static_assert(is_dropout_seed<Seed>, "dropout: the seed must be an int input of shape [2] (seed, step)");
     using type = X;
   };
-  static constexpr void describe(node_desc& d) { d.fattr[0] = P; }
 };
 
 /// Dropout with drop probability P, its randomness drawn from `seed`, an int node [2].

@@ -9,6 +9,8 @@
 //     dgamma = Σ_rows dy ⊙ x̂,   dbeta = Σ_rows dy       (rows summed in order)
 #pragma once
 
+#include <tuple>
+
 #include "loom/core/node.hpp"
 
 namespace loom {
@@ -22,10 +24,36 @@ inline constexpr bool norm_param_fits = [] {
     return std::is_same_v<shape_tail<X, X::rank - 1>, P>;
 }();
 
+namespace ops {
+template <class T>
+struct layer_norm_kernel {  // ops/layer_norm.cpp
+  static void forward(const op_args<T>& a);
+  static void backward(const op_args<T>& a);
+};
+}  // namespace ops
+
+/// layer_norm's attributes (stored in its node's descriptor, read by its kernels).
+struct layer_norm_attrs {
+  double eps = 1e-5;
+  constexpr auto fields() { return std::tie(eps); }
+};
+
+inline constexpr op_entry layer_norm_entry{
+    .name = "layer_norm",
+    .id = 16,
+    .f32 = kernels_of<ops::layer_norm_kernel, float>(),
+    .f64 = kernels_of<ops::layer_norm_kernel, double>(),
+    .writes_fresh = true,
+    .can_run_in_place = true,
+    .backward_reads = reads({0, 1}),
+};
+LOOM_REGISTER_OP(layer_norm_entry);
+
 template <double Eps>
 struct layer_norm_op {
   static_assert(Eps > 0, "layer_norm: eps must be positive");
-  static constexpr op_kind kind = op_kind::layer_norm;
+  static constexpr const op_entry& entry = layer_norm_entry;
+  static constexpr layer_norm_attrs attrs{Eps};
   template <class X, class G, class B>
   struct rule {
     static_assert(X::rank >= 1, "layer_norm: x needs at least one axis [.., D]");
@@ -33,7 +61,6 @@ struct layer_norm_op {
     static_assert(norm_param_fits<X, B>, "layer_norm: beta must be a vector [D] of x's last dim");
     using type = X;
   };
-  static constexpr void describe(node_desc& d) { d.fattr[0] = Eps; }
 };
 
 /// LayerNorm over the last axis of x [.., D] with gamma [D], beta [D] and eps Eps (PyTorch's

@@ -16,12 +16,32 @@
 //   backward (all three): dx = dy where the score was kept, 0 where it was masked.
 #pragma once
 
+#include <tuple>
+
 #include "loom/core/node.hpp"
 
 namespace loom {
 
+namespace ops {
+template <class T>
+struct mask_causal_kernel {  // ops/mask.cpp
+  static void forward(const op_args<T>& a);
+  static void backward(const op_args<T>& a);
+};
+}  // namespace ops
+
+inline constexpr op_entry mask_causal_entry{
+    .name = "mask_causal",
+    .id = 4,
+    .f32 = kernels_of<ops::mask_causal_kernel, float>(),
+    .f64 = kernels_of<ops::mask_causal_kernel, double>(),
+    .writes_fresh = true,
+    .can_run_in_place = true,
+};
+LOOM_REGISTER_OP(mask_causal_entry);
+
 struct mask_causal_op {
-  static constexpr op_kind kind = op_kind::mask_causal;
+  static constexpr const op_entry& entry = mask_causal_entry;
   template <class S>
   struct rule {
     static_assert(S::rank >= 2, "mask_causal: scores need at least two axes [.., T, S]");
@@ -33,10 +53,35 @@ struct mask_causal_op {
 template <class LenDim, class BatchDim>
 inline constexpr bool padding_batch_matches = std::is_same_v<LenDim, BatchDim>;
 
+namespace ops {
+template <class T>
+struct mask_padding_kernel {  // ops/mask.cpp
+  static void forward(const op_args<T>& a);
+  static void backward(const op_args<T>& a);
+};
+}  // namespace ops
+
+/// mask_padding's attributes (stored in its node's descriptor, read by its kernels).
+struct mask_padding_attrs {
+  bool left = false;  // mask_left_padding: keys before first[b] are masked
+  constexpr auto fields() { return std::tie(left); }
+};
+
+inline constexpr op_entry mask_padding_entry{
+    .name = "mask_padding",
+    .id = 5,
+    .f32 = kernels_of<ops::mask_padding_kernel, float>(),
+    .f64 = kernels_of<ops::mask_padding_kernel, double>(),
+    .writes_fresh = true,
+    .can_run_in_place = true,
+    .backward_reads = reads({1}),
+};
+LOOM_REGISTER_OP(mask_padding_entry);
+
 template <bool Left>
 struct mask_padding_op {
-  static constexpr op_kind kind = op_kind::mask_padding;
-  static constexpr void describe(node_desc& d) { d.iattr[0] = Left; }
+  static constexpr const op_entry& entry = mask_padding_entry;
+  static constexpr mask_padding_attrs attrs{Left};
   template <class S, class L>
   struct rule {
     static_assert(S::rank >= 2, "mask_padding: scores need at least two axes [B, .., T, S]");
@@ -67,8 +112,27 @@ constexpr bool bool_mask_fits() {
 template <class MaskShape, class ScoreShape>
 inline constexpr bool bool_mask_broadcasts = detail::bool_mask_fits<MaskShape, ScoreShape>();
 
+namespace ops {
+template <class T>
+struct mask_bool_kernel {  // ops/mask.cpp
+  static void forward(const op_args<T>& a);
+  static void backward(const op_args<T>& a);
+};
+}  // namespace ops
+
+inline constexpr op_entry mask_bool_entry{
+    .name = "mask_bool",
+    .id = 6,
+    .f32 = kernels_of<ops::mask_bool_kernel, float>(),
+    .f64 = kernels_of<ops::mask_bool_kernel, double>(),
+    .writes_fresh = true,
+    .can_run_in_place = true,
+    .backward_reads = reads({1}),
+};
+LOOM_REGISTER_OP(mask_bool_entry);
+
 struct mask_bool_op {
-  static constexpr op_kind kind = op_kind::mask_bool;
+  static constexpr const op_entry& entry = mask_bool_entry;
   template <class S, class M>
   struct rule {
     static_assert(bool_mask_broadcasts<M, S>,

@@ -9,6 +9,8 @@
 //              that operand is shared), transposed back for an operand given transposed.
 #pragma once
 
+#include <tuple>
+
 #include "loom/core/node.hpp"
 
 namespace loom {
@@ -22,9 +24,34 @@ template <class BatchA, class BatchB>
 inline constexpr bool batch_dims_match =
     std::is_same_v<BatchA, BatchB> || BatchA::rank == 0 || BatchB::rank == 0;
 
+namespace ops {
+template <class T>
+struct matmul_kernel {  // ops/matmul.cpp
+  static void forward(const op_args<T>& a);
+  static void backward(const op_args<T>& a);
+};
+}  // namespace ops
+
+/// matmul's attributes (stored in its node's descriptor, read by its kernels).
+struct matmul_attrs {
+  bool trans_a = false, trans_b = false;
+  constexpr auto fields() { return std::tie(trans_a, trans_b); }
+};
+
+inline constexpr op_entry matmul_entry{
+    .name = "matmul",
+    .id = 2,
+    .f32 = kernels_of<ops::matmul_kernel, float>(),
+    .f64 = kernels_of<ops::matmul_kernel, double>(),
+    .writes_fresh = true,
+    .backward_reads = reads({0, 1}),
+};
+LOOM_REGISTER_OP(matmul_entry);
+
 template <bool TransA, bool TransB>
 struct matmul_op {
-  static constexpr op_kind kind = op_kind::matmul;
+  static constexpr const op_entry& entry = matmul_entry;
+  static constexpr matmul_attrs attrs{TransA, TransB};
   template <class SA, class SB>
   struct rule {
     static_assert(SA::rank >= 2 && SB::rank >= 2, "matmul: both operands need at least two axes [.., rows, cols]");
@@ -42,10 +69,6 @@ struct matmul_op {
     using batch = std::conditional_t<(batch_a::rank >= batch_b::rank), batch_a, batch_b>;
     using type = shape_cat<batch, shape<dim_at<A, TransA ? -1 : -2>, dim_at<B, TransB ? -2 : -1>>>;
   };
-  static constexpr void describe(node_desc& d) {
-    d.iattr[0] = TransA;
-    d.iattr[1] = TransB;
-  }
 };
 
 /// c = op(a) · op(b), batched over leading dims (see matmul_op). A shape mismatch the types

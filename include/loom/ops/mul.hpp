@@ -7,8 +7,26 @@
 
 namespace loom {
 
+namespace ops {
+template <class T>
+struct mul_kernel {  // ops/mul.cpp
+  static void forward(const op_args<T>& a);
+  static void backward(const op_args<T>& a);
+};
+}  // namespace ops
+
+inline constexpr op_entry mul_entry{
+    .name = "mul",
+    .id = 13,
+    .f32 = kernels_of<ops::mul_kernel, float>(),
+    .f64 = kernels_of<ops::mul_kernel, double>(),
+    .can_run_in_place = true,
+    .backward_reads = reads({0, 1}),
+};
+LOOM_REGISTER_OP(mul_entry);
+
 struct mul_op {
-  static constexpr op_kind kind = op_kind::mul;
+  static constexpr const op_entry& entry = mul_entry;
   template <class A, class B>
   struct rule {
     static_assert(is_shape_suffix<A, B>, "mul: the second operand's dims must equal the first's, or its trailing dims");

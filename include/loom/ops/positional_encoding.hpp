@@ -10,6 +10,8 @@
 //   backward: dx = dy; positions get no gradient.
 #pragma once
 
+#include <tuple>
+
 #include "loom/core/node.hpp"
 
 namespace loom {
@@ -23,9 +25,34 @@ inline constexpr bool positions_fit = [] {
     return std::is_same_v<shape_head<X, X::rank - 1>, Pos>;
 }();
 
+namespace ops {
+template <class T>
+struct positional_encoding_kernel {  // ops/positional_encoding.cpp
+  static void forward(const op_args<T>& a);
+  static void backward(const op_args<T>& a);
+};
+}  // namespace ops
+
+/// positional_encoding's attributes (stored in its node's descriptor, read by its kernels).
+struct positional_encoding_attrs {
+  bool with_positions = false;  // a positions input [.., T] is given
+  constexpr auto fields() { return std::tie(with_positions); }
+};
+
+inline constexpr op_entry positional_encoding_entry{
+    .name = "positional_encoding",
+    .id = 15,
+    .f32 = kernels_of<ops::positional_encoding_kernel, float>(),
+    .f64 = kernels_of<ops::positional_encoding_kernel, double>(),
+    .writes_fresh = true,
+    .can_run_in_place = true,
+};
+LOOM_REGISTER_OP(positional_encoding_entry);
+
 template <bool WithPositions>
 struct positional_encoding_op {
-  static constexpr op_kind kind = op_kind::positional_encoding;
+  static constexpr const op_entry& entry = positional_encoding_entry;
+  static constexpr positional_encoding_attrs attrs{WithPositions};
   template <class X, class... Pos>
   struct rule {
     static_assert(X::rank >= 2, "add_positional_encoding: x must be [.., T, D]");
@@ -34,7 +61,6 @@ struct positional_encoding_op {
                   "add_positional_encoding: positions must have x's dims without the last [.., T]");
     using type = X;
   };
-  static constexpr void describe(node_desc& d) { d.iattr[0] = WithPositions; }
 };
 
 /// x [.., T, D] + PE[positions], positions an int node [.., T]. Throws value_error (at

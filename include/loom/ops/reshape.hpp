@@ -6,6 +6,8 @@
 //       inverse permutation.
 #pragma once
 
+#include <tuple>
+
 #include <algorithm>
 #include <array>
 
@@ -48,9 +50,27 @@ inline constexpr bool reshape_preserves_size = [] {
   return true;
 }();
 
+namespace ops {
+template <class T>
+struct reshape_kernel {  // ops/reshape.cpp
+  static void forward(const op_args<T>& a);
+  static void backward(const op_args<T>& a);
+};
+}  // namespace ops
+
+inline constexpr op_entry reshape_entry{
+    .name = "reshape",
+    .id = 10,
+    .f32 = kernels_of<ops::reshape_kernel, float>(),
+    .f64 = kernels_of<ops::reshape_kernel, double>(),
+    .is_view = true,
+    .writes_fresh = true,
+};
+LOOM_REGISTER_OP(reshape_entry);
+
 template <class To>
 struct reshape_op {
-  static constexpr op_kind kind = op_kind::reshape;
+  static constexpr const op_entry& entry = reshape_entry;
   template <class S>
   struct rule {
     static_assert(reshape_preserves_size<S, To>,
@@ -79,19 +99,39 @@ inline constexpr bool is_permutation = [] {
   return true;
 }();
 
+namespace ops {
+template <class T>
+struct transpose_kernel {  // ops/reshape.cpp
+  static void forward(const op_args<T>& a);
+  static void backward(const op_args<T>& a);
+};
+}  // namespace ops
+
+/// transpose's attributes (stored in its node's descriptor, read by its kernels).
+struct transpose_attrs {
+  std::array<long, max_rank> perm{};  // y's axis i is x's axis perm[i]
+  constexpr auto fields() { return std::tie(perm); }
+};
+
+inline constexpr op_entry transpose_entry{
+    .name = "transpose",
+    .id = 11,
+    .f32 = kernels_of<ops::transpose_kernel, float>(),
+    .f64 = kernels_of<ops::transpose_kernel, double>(),
+    .writes_fresh = true,
+};
+LOOM_REGISTER_OP(transpose_entry);
+
 template <int... P>
 struct transpose_op {
-  static constexpr op_kind kind = op_kind::transpose;
+  static constexpr const op_entry& entry = transpose_entry;
+  static constexpr transpose_attrs attrs{std::array<long, max_rank>{P...}};
   template <class S>
   struct rule {
     static_assert(is_permutation<S::rank, P...>, "transpose: the axes must be a permutation of 0 .. rank-1");
     using type = std::conditional_t<is_permutation<S::rank, P...>,
                                     shape<dim_at<S, (P < S::rank ? P : 0)>...>, S>;
   };
-  static constexpr void describe(node_desc& d) {
-    int i = 0;
-    ((d.iattr[static_cast<std::size_t>(i++)] = P), ...);
-  }
 };
 
 /// Permutes the axes: y's axis i is x's axis P_i (`transpose<0, 2, 1, 3>` swaps T and heads).

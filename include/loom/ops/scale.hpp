@@ -1,18 +1,44 @@
 // scale: y = c · x for a compile-time constant c;  backward: dx = c · dy.
 #pragma once
 
+#include <tuple>
+
 #include "loom/core/node.hpp"
 
 namespace loom {
 
+namespace ops {
+template <class T>
+struct scale_kernel {  // ops/scale.cpp
+  static void forward(const op_args<T>& a);
+  static void backward(const op_args<T>& a);
+};
+}  // namespace ops
+
+/// scale's attributes (stored in its node's descriptor, read by its kernels).
+struct scale_attrs {
+  double factor = 1;
+  constexpr auto fields() { return std::tie(factor); }
+};
+
+inline constexpr op_entry scale_entry{
+    .name = "scale",
+    .id = 3,
+    .f32 = kernels_of<ops::scale_kernel, float>(),
+    .f64 = kernels_of<ops::scale_kernel, double>(),
+    .writes_fresh = true,
+    .can_run_in_place = true,
+};
+LOOM_REGISTER_OP(scale_entry);
+
 template <double C>
 struct scale_op {
-  static constexpr op_kind kind = op_kind::scale;
+  static constexpr const op_entry& entry = scale_entry;
+  static constexpr scale_attrs attrs{C};
   template <class S>
   struct rule {
     using type = S;
   };
-  static constexpr void describe(node_desc& d) { d.fattr[0] = C; }
 };
 
 /// y = C · x, elementwise; the shape is unchanged.

@@ -1,0 +1,233 @@
+// Binding: feeds to inputs, run-time dims to symbols, checked in numbered steps that change
+// nothing, then committed at once — a failed forward() loses nothing. A forward with the same
+// names, types and shapes as the last one only updates input addresses (same_binding).
+#include <string>
+
+#include "executor_impl.hpp"
+
+namespace loom {
+namespace {
+
+bool is_input(const plan_view& plan, int i) { return plan.order[i]->op->role == node_role::input; }
+bool is_param(const plan_view& plan, int i) { return plan.order[i]->op->role == node_role::param; }
+
+storage storage_for(dtype t, bool is_double) {
+  switch (t) {
+    case dtype::real: return is_double ? storage::f64 : storage::f32;
+    case dtype::i32: return storage::i32;
+    case dtype::u8: return storage::u8;
+  }
+  return storage::f32;
+}
+
+std::int64_t eval(const plan_dim& d, const std::vector<std::int64_t>& s) {
+  std::int64_t v = d.constant;
+  for (int k = 0; k < d.n_syms; ++k) v += s[static_cast<std::size_t>(d.sym[k])];
+  return v;
+}
+
+// 1. Every feed names an input, every input is fed once, element types agree.
+// Returns, per node, its feed (or null).
+std::vector<const feed*> match_feeds(const plan_view& plan, std::span<const feed> given, bool is_double) {
+  const int n = plan.size();
+  std::vector<const feed*> fed(n, nullptr);
+  for (const feed& f : given) {
+    const int found = plan.input_index(f.name());
+    if (found < 0) {
+      std::string names;
+      for (int i = 0; i < n; ++i)
+        if (is_input(plan, i)) names += (names.empty() ? "" : ", ") + quoted(plan.order[i]->name);
+      throw missing_error("forward: " + quoted(f.name()) + " is not an input of this graph (its inputs: " + names +
+                          ")");
+    }
+    if (fed[found]) throw missing_error("forward: input " + quoted(f.name()) + " was given twice");
+    fed[found] = &f;
+  }
+  std::string missing;
+  for (int i = 0; i < n; ++i)
+    if (is_input(plan, i) && !fed[i]) missing += (missing.empty() ? "" : ", ") + quoted(plan.order[i]->name);
+  if (!missing.empty()) throw missing_error("forward: missing input(s) " + missing);
+  for (int i = 0; i < n; ++i) {
+    if (!fed[i]) continue;
+    storage want = storage_for(plan.order[i]->elem, is_double);
+    if (fed[i]->type() != want)
+      throw shape_error("forward: input " + quoted(plan.order[i]->name) + " must be a tensor of " +
+                        storage_name(want) + ", got " + storage_name(fed[i]->type()));
+  }
+  return fed;
+}
+
+// 2. Ranks and fixed dims of the inputs, and the value of every symbol (each of its
+// bindings must agree).
+std::vector<std::int64_t> bind_symbols(const plan_view& plan, const std::vector<const feed*>& fed) {
+  std::vector<std::int64_t> s(plan.syms.size(), -1);
+  std::vector<std::string> source(plan.syms.size());
+  for (int i = 0; i < plan.size(); ++i) {
+    if (!fed[i]) continue;
+    const node_desc* d = plan.order[i];
+    const dims_t& got = fed[i]->dims();
+    std::string who = "input " + quoted(d->name);
+    if (got.rank != d->rank)
+      throw shape_error("forward: " + who + " must have rank " + std::to_string(d->rank) + " (" +
+                        plan.shape_text(i) + "), got shape " + got.str());
+    for (int a = 0; a < d->rank; ++a) {
+      const plan_dim& pd = plan.dims[i][a];
+      if (pd.n_syms == 0) {
+        if (got.d[a] != pd.constant)
+          throw shape_error("forward: " + who + " axis " + std::to_string(a) + " must be " +
+                            std::to_string(pd.constant) + ", got " + std::to_string(got.d[a]) + " (shape " +
+                            got.str() + ")");
+        continue;
+      }
+      auto k = static_cast<std::size_t>(pd.sym[0]);
+      std::string here = who + " axis " + std::to_string(a);
+      if (s[k] < 0) {
+        s[k] = got.d[a];
+        source[k] = here;
+      } else if (s[k] != got.d[a]) {
+        throw shape_error("forward: dim " + quoted(plan.syms[k]) + " is " + std::to_string(s[k]) + " from " +
+                          source[k] + " but " + std::to_string(got.d[a]) + " from " + here);
+      }
+    }
+  }
+  for (std::size_t k = 0; k < s.size(); ++k)
+    if (s[k] < 0) throw shape_error("forward: dim " + quoted(plan.syms[k]) + " is not bound by any input");
+  return s;
+}
+
+// 3. The dims of every node (and its bound dim attributes), and every parameter present in
+// the store with those dims.
+template <class T>
+void node_dims(const plan_view& plan, const param_store<T>& params, const std::vector<std::int64_t>& s,
+               std::vector<dims_t>& nd, std::vector<std::array<std::int64_t, 2>>& na) {
+  const int n = plan.size();
+  nd.assign(n, {});
+  na.assign(n, {});
+  for (int i = 0; i < n; ++i) {
+    const node_desc* d = plan.order[i];
+    nd[i].rank = d->rank;
+    for (int a = 0; a < d->rank; ++a) nd[i].d[a] = eval(plan.dims[i][a], s);
+    na[i] = {eval(plan.dims[i][max_rank], s), eval(plan.dims[i][max_rank + 1], s)};
+  }
+  std::string absent;
+  for (int i = 0; i < n; ++i) {
+    if (!is_param(plan, i)) continue;
+    const node_desc* d = plan.order[i];
+    if (!params.contains(d->name)) {
+      absent += (absent.empty() ? "" : ", ") + quoted(d->name) + " " + nd[i].str();
+      continue;
+    }
+    const tensor<T>& v = params.value(d->name);
+    if (!(v.dims() == nd[i]))
+      throw shape_error("forward: parameter " + quoted(d->name) + " must have shape " + nd[i].str() +
+                        ", the store holds " + v.dims().str());
+  }
+  if (!absent.empty()) throw missing_error("forward: parameter(s) missing from the store: " + absent);
+}
+
+// 4. The ops' own run-time checks (op_kernels::check; shapes only, no data yet).
+template <class T>
+void run_op_checks(const plan_view& plan, std::span<const op_kernels<T>> kernels, const std::vector<dims_t>& nd,
+                   const std::vector<std::array<std::int64_t, 2>>& na) {
+  std::vector<dims_t> edims(static_cast<std::size_t>(plan.edges()));
+  for (std::size_t e = 0; e < edims.size(); ++e) edims[e] = nd[plan.in_idx[e]];
+  const std::vector<const void*> no_data(edims.size(), nullptr);
+  for (int i = 0; i < plan.size(); ++i) {
+    if (!kernels[i].check) continue;
+    const auto first = static_cast<std::size_t>(plan.in_off[i]), count = plan.inputs(i).size();
+    ops::op_args<T> a;
+    a.node = plan.order[i];
+    a.in = std::span(no_data).subspan(first, count);
+    a.in_dims = std::span(edims).subspan(first, count);
+    a.out_dims = nd[i];
+    a.dattr = na[i];
+    kernels[i].check(a);
+  }
+}
+
+// 5. Strided feeds: read in place where every consumer can (op_entry::reads_strided), else
+// copied into the arena by forward(). Fills the feeds' matrix strides and which to copy.
+void strided_feeds(const plan_view& plan, const std::vector<const feed*>& fed, const std::vector<dims_t>& nd,
+                   std::vector<std::int64_t>& stride, std::vector<std::uint8_t>& copy) {
+  const int n = plan.size();
+  stride.assign(n, 0);
+  copy.assign(n, 0);
+  for (int i = 0; i < n; ++i) {
+    if (!fed[i] || fed[i]->mat_stride() == 0) continue;
+    const dims_t& d = nd[i];
+    if (fed[i]->mat_stride() == d[-2] * d[-1]) continue;  // back to back after all
+    stride[i] = fed[i]->mat_stride();
+    for (int c : plan.consumers(i)) {
+      const node_desc& consumer = *plan.order[c];
+      auto ins = plan.inputs(c);
+      for (std::size_t pos = 0; pos < ins.size(); ++pos)
+        if (ins[pos] == i &&
+            !(consumer.op->reads_strided && consumer.op->reads_strided(consumer, static_cast<int>(pos))))
+          copy[i] = 1;
+    }
+  }
+}
+
+}  // namespace
+
+template <class T>
+void executor<T>::impl::bind(std::span<const feed> given) {
+  if (same_binding(given)) {  // new data, same shapes: only input addresses change
+    feeds.assign(given.begin(), given.end());
+    place_buffers();
+    return;
+  }
+  const std::vector<const feed*> fed = match_feeds(plan, given, std::is_same_v<T, double>);  // 1
+  std::vector<std::int64_t> s = bind_symbols(plan, fed);                                   // 2
+  std::vector<dims_t> nd;
+  std::vector<std::array<std::int64_t, 2>> na;
+  node_dims(plan, *params, s, nd, na);                                                     // 3
+  run_op_checks<T>(plan, kernels, nd, na);                                                 // 4
+  std::vector<std::int64_t> stride;
+  std::vector<std::uint8_t> copy;
+  strided_feeds(plan, fed, nd, stride, copy);                                              // 5
+  // 6. commit: nothing above changed any state
+  std::vector<int> feed_at(n, -1);
+  for (int i = 0; i < n; ++i)
+    if (fed[i]) feed_at[i] = static_cast<int>(fed[i] - given.data());
+  fed_stride = std::move(stride);
+  materialize = std::move(copy);
+  sym = std::move(s);
+  dims = std::move(nd);
+  dattr = std::move(na);
+  feeds.assign(given.begin(), given.end());
+  node_feed = std::move(feed_at);
+  allocate();
+  val.assign(n, nullptr);
+  grad.assign(n, nullptr);
+  place_buffers();
+  bound = true;
+}
+
+// True when `given` binds exactly as the last successful bind (same names, types, shapes and
+// strides, and the parameters' storage unchanged): then only input addresses need updating.
+template <class T>
+bool executor<T>::impl::same_binding(std::span<const feed> given) const {
+  if (!bound || given.size() != feeds.size()) return false;
+  for (std::size_t k = 0; k < given.size(); ++k) {
+    const feed& a = given[k];
+    const feed& b = feeds[k];
+    if (a.name() != b.name() || a.type() != b.type() || !(a.dims() == b.dims()) || a.mat_stride() != b.mat_stride())
+      return false;
+  }
+  for (int i = 0; i < n; ++i) {
+    if (!is_param(plan, i)) continue;
+    const node_desc* d = plan.order[i];
+    if (!params->contains(d->name)) return false;
+    const tensor<T>& v = params->value(d->name);
+    if (v.data() != val[i] || params->grad(d->name).data() != grad[i] || !(v.dims() == dims[i])) return false;
+  }
+  return true;
+}
+
+template void executor<float>::impl::bind(std::span<const feed>);
+template void executor<double>::impl::bind(std::span<const feed>);
+template bool executor<float>::impl::same_binding(std::span<const feed>) const;
+template bool executor<double>::impl::same_binding(std::span<const feed>) const;
+
+}  // namespace loom

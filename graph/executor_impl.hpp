@@ -1,0 +1,83 @@
+// The state of an executor and the jobs that share it, one file each:
+//   executor.cpp  construction, the forward and backward passes, the public class
+//   bind.cpp      binding feeds: checks in numbered steps, then a commit that cannot fail
+//   buffers.cpp   placing value and gradient buffers in the arena, and the kernels' arguments
+//   schedule.cpp  the forward and backward DAGs (schedule.hpp)
+// Private to the library.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include <oneapi/tbb/task_arena.h>
+
+#include "../ops/kernel.hpp"
+#include "loom/graph/executor.hpp"
+#include "schedule.hpp"
+
+namespace loom {
+
+inline std::string quoted(std::string_view s) { return "\"" + std::string(s) + "\""; }
+
+template <class T>
+struct executor<T>::impl {
+  // ---- fixed at construction ----
+  plan_view plan;
+  param_store<T>* params;
+  exec_options opts;
+  std::unique_ptr<tbb::task_arena> arena;
+  int n = 0;
+  std::vector<std::uint8_t> leaf, needs_grad;
+  std::unordered_map<const node_desc*, int> index;
+  std::vector<op_kernels<T>> kernels;     // per node (ops/registry.hpp: test overrides applied)
+  detail::schedules sched;
+  std::vector<int> view_of;               // views (op_entry::is_view): the node whose buffer they share
+  std::vector<std::uint8_t> grad_view;    // 1 when a view also shares its input's gradient
+
+  // ---- the last successful bind (bind.cpp) ----
+  bool bound = false, forwarded = false, backwarded = false;
+  std::vector<std::int64_t> sym;
+  std::vector<dims_t> dims;
+  std::vector<std::array<std::int64_t, 2>> dattr;
+  std::vector<const void*> val;
+  std::vector<T*> grad;
+  std::vector<feed> feeds;
+  std::vector<int> node_feed;             // per input node: index of its feed in `feeds`
+  std::vector<std::int64_t> fed_stride;   // per input node: matrix stride of its feed (0: contiguous)
+  std::vector<std::uint8_t> materialize;  // per input node: copy the strided feed into the arena
+
+  // the kernels' view of every input edge (node i's are [in_off[i], in_off[i+1]) of the plan),
+  // allocated once and refreshed from val, grad and dims after each bind (buffers.cpp)
+  std::vector<const void*> edge_val;
+  std::vector<dims_t> edge_dims;
+  std::vector<std::int64_t> edge_stride;
+  std::vector<T*> edge_grad;
+
+  // ---- the arena: every value and gradient buffer of computed nodes (buffers.cpp) ----
+  std::vector<std::int64_t> cap_val, cap_grad, off_val, off_grad;
+  std::unique_ptr<T[]> mem;
+  std::int64_t mem_elems = 0;
+
+  impl(plan_view p, param_store<T>& ps, exec_options o);
+  void make_arena();
+
+  void bind(std::span<const feed> given);
+  bool same_binding(std::span<const feed> given) const;
+
+  void allocate();
+  void place_buffers();
+  void refresh_edges();
+  void copy_strided_feeds();
+  ops::op_args<T> args(int i) const;
+
+  void forward();
+  void backward(std::span<const tensor<T>> cotangents);
+};
+
+}  // namespace loom

@@ -1,0 +1,54 @@
+// Parameter initialisation: PyTorch's defaults for the layer that owns each parameter
+// (see init_kind), from a seeded generator.
+#include <cmath>
+
+#include "loom/core/random.hpp"
+#include "loom/graph/graph.hpp"
+
+namespace loom {
+
+template <class T>
+void init_params(const plan_view& plan, param_store<T>& store, std::uint64_t seed) {
+  rng gen(seed);
+  for (int i = 0; i < plan.size(); ++i) {
+    const node_desc* d = plan.order[static_cast<std::size_t>(i)];
+    if (d->op->role != node_role::param || store.contains(d->name)) continue;
+    dims_t dims;
+    dims.rank = d->rank;
+    for (int a = 0; a < d->rank; ++a) dims.d[a] = d->dims[a].constant;
+    tensor<T> t(dims);
+    const double fan_in = d->rank >= 2 ? static_cast<double>(dims.d[1]) : 1.0;
+    const double fan_out = d->rank >= 1 ? static_cast<double>(dims.d[0]) : 1.0;
+    for (std::int64_t e = 0; e < t.size(); ++e) {
+      double v = 0;
+      switch (d->init) {
+        case init_kind::zeros: v = 0; break;
+        case init_kind::ones: v = 1; break;
+        case init_kind::normal: v = gen.normal(); break;
+        case init_kind::linear_weight: {
+          double b = 1.0 / std::sqrt(fan_in);
+          v = gen.uniform(-b, b);
+          break;
+        }
+        case init_kind::linear_bias: {
+          const long fan = load_attrs<param_attrs>(*d).fan_in;
+          double b = 1.0 / std::sqrt(static_cast<double>(fan > 0 ? fan : 1));
+          v = gen.uniform(-b, b);
+          break;
+        }
+        case init_kind::xavier_uniform: {
+          double b = std::sqrt(6.0 / (fan_in + fan_out));
+          v = gen.uniform(-b, b);
+          break;
+        }
+      }
+      t[e] = static_cast<T>(v);
+    }
+    store.set(std::string(d->name), std::move(t));
+  }
+}
+
+template void init_params<float>(const plan_view&, param_store<float>&, std::uint64_t);
+template void init_params<double>(const plan_view&, param_store<double>&, std::uint64_t);
+
+}  // namespace loom
