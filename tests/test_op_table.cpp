@@ -1,0 +1,287 @@
+// Every op loom has, from its registered entry: a gradcheck case in the table below, a name in
+// the DOT output, and honest traits (a backward that reads nothing it does not declare). An
+// op added without a case here fails this test.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <functional>
+#include <limits>
+#include <map>
+#include <set>
+#include <string>
+
+#include "all_op_headers.hpp"  // generated: every header in include/loom/ops/, so every op registers
+#include "loom/loom.hpp"
+#include "test_support.hpp"
+
+using namespace loom;
+
+namespace {
+
+/// What one op's case found.
+struct case_result {
+  std::set<std::string_view> ops;  // the ops in the case's graph
+  std::string dot;
+  gradcheck_result grad;
+  std::string unread_poisoned;  // which unread values were overwritten with NaN
+  bool same_after_poison = false;
+};
+
+std::vector<double> all_grads(const executor<double>& ex, const param_store<double>& p) {
+  std::vector<double> g;
+  for (auto& [name, e] : p) g.insert(g.end(), e.grad.values().begin(), e.grad.values().end());
+  const plan_view& plan = ex.plan();
+  for (int i = 0; i < plan.size(); ++i)
+    if (plan.order[i]->op->role == node_role::input && plan.order[i]->elem == dtype::real) {
+      auto v = ex.grad_at(i);
+      g.insert(g.end(), v.data, v.data + v.dims.size());
+    }
+  return g;
+}
+
+void fill_nan(tensor_view<const double> v) {
+  std::fill(const_cast<double*>(v.data), const_cast<double*>(v.data) + v.dims.size(),
+            std::numeric_limits<double>::quiet_NaN());
+}
+
+// Runs forward + backward (cotangent: seeded random) twice; the second time, before backward,
+// every value that the op's entry says its backward does not read is overwritten with NaN
+// (when no other node's backward reads it either). The gradients must be the same bits.
+void check_unread(const plan_view& plan, const op_entry& op, param_store<double>& params,
+                  std::span<const feed> feeds, case_result& r) {
+  int target = -1;
+  for (int i = 0; i < plan.size(); ++i)
+    if (plan.order[i]->op == &op) target = i;
+  REQUIRE(target >= 0);
+  executor<double> ex(plan, params, {.threads = 1, .input_grads = true});
+  std::vector<tensor<double>> cot;
+  for (std::size_t k = 0; k < plan.roots.size(); ++k) {
+    ex.forward(feeds);
+    cot.push_back(test::random_tensor<double>(ex.output(static_cast<int>(k)).dims, 40 + k));
+  }
+  ex.forward(feeds);
+  ex.backward(cot);
+  const auto before = all_grads(ex, params);
+
+  ex.forward(feeds);
+  auto ins = plan.inputs(target);
+  for (std::size_t k = 0; k < ins.size(); ++k) {
+    const int j = ins[k];
+    const node_desc& src = *plan.order[j];
+    if (op.backward_reads_input(static_cast<int>(k)) || src.elem != dtype::real) continue;
+    if (src.op->role != node_role::input || plan.consumers(j).size() != 1) continue;  // someone else may read it
+    fill_nan(ex.value_at(j));
+    r.unread_poisoned += " input " + std::to_string(k);
+  }
+  bool output_unread = !op.backward_reads_output;
+  for (int c : plan.consumers(target)) {
+    auto cins = plan.inputs(c);
+    for (std::size_t k = 0; k < cins.size(); ++k)
+      if (cins[k] == target && plan.order[c]->op->backward_reads_input(static_cast<int>(k))) output_unread = false;
+  }
+  if (output_unread && plan.order[target]->elem == dtype::real) {
+    fill_nan(ex.value_at(target));
+    r.unread_poisoned += " output";
+  }
+  ex.backward(cot);
+  const auto after = all_grads(ex, params);
+  r.same_after_poison = before.size() == after.size() &&
+                        std::memcmp(before.data(), after.data(), before.size() * sizeof(double)) == 0;
+}
+
+// The whole check of one case: the graph g (containing `op`) with its parameters and feeds.
+template <class G>
+case_result run_case(const G& g, const op_entry& op, std::initializer_list<feed> feeds, std::uint64_t seed = 1) {
+  case_result r;
+  const plan_view plan = g.plan();
+  for (int i = 0; i < plan.size(); ++i) r.ops.insert(plan.order[i]->op->name);
+  r.dot = g.dot();
+  auto params = g.template make_params<double>(seed);
+  test::randomize(params, seed + 1);
+  const std::vector<feed> fs(feeds);
+  r.grad = gradcheck(plan, params, fs);
+  check_unread(plan, op, params, fs, r);
+  return r;
+}
+
+using tokens = tensor<std::int32_t>;
+tensor<double> rnd(dims_t d, std::uint64_t seed) { return test::random_tensor<double>(d, seed); }
+
+// One case per op: a small graph that uses it, with inputs that keep finite differences
+// meaningful (masks are followed by softmax so that no score is −∞ in the loss).
+const std::map<std::string_view, std::function<case_result()>>& cases() {
+  static const std::map<std::string_view, std::function<case_result()>> table = {
+      {"matmul",
+       [] {
+         auto a = input<"a", shape<fix<3>, fix<4>>>();
+         auto b = input<"b", shape<fix<5>, fix<4>>>();
+         return run_case(make_graph(matmul<false, true>(a, b)), matmul_entry, {{"a", rnd({3, 4}, 1)}, {"b", rnd({5, 4}, 2)}});
+       }},
+      {"scale",
+       [] {
+         auto x = input<"x", shape<fix<2>, fix<3>>>();
+         return run_case(make_graph(scale<0.25>(x)), scale_entry, {{"x", rnd({2, 3}, 3)}});
+       }},
+      {"mask_causal",
+       [] {
+         auto x = input<"x", shape<fix<2>, fix<3>, fix<4>>>();
+         return run_case(make_graph(softmax(mask_causal(x))), mask_causal_entry, {{"x", rnd({2, 3, 4}, 4)}});
+       }},
+      {"mask_padding",
+       [] {
+         auto x = input<"x", shape<fix<2>, fix<3>, fix<4>>>();
+         auto len = input<"len", shape<fix<2>>, int>();
+         return run_case(make_graph(softmax(mask_padding(x, len))), mask_padding_entry,
+                         {{"x", rnd({2, 3, 4}, 5)}, {"len", tokens({2}, {4, 2})}});
+       }},
+      {"mask_bool",
+       [] {
+         auto x = input<"x", shape<fix<2>, fix<3>, fix<4>>>();
+         auto m = input<"m", shape<fix<3>, fix<4>>, bool>();
+         tensor<std::uint8_t> ms({3, 4}, {1, 0, 1, 1, 0, 1, 0, 0, 1, 1, 1, 0});
+         return run_case(make_graph(softmax(mask_bool(x, m))), mask_bool_entry, {{"x", rnd({2, 3, 4}, 6)}, {"m", ms}});
+       }},
+      {"softmax",
+       [] {
+         auto x = input<"x", shape<fix<2>, fix<5>>>();
+         return run_case(make_graph(softmax(x)), softmax_entry, {{"x", rnd({2, 5}, 7)}});
+       }},
+      {"concat",
+       [] {
+         auto a = input<"a", shape<fix<2>, fix<3>>>();
+         auto b = input<"b", shape<fix<1>, fix<3>>>();
+         return run_case(make_graph(concat<0>(a, b)), concat_entry, {{"a", rnd({2, 3}, 8)}, {"b", rnd({1, 3}, 9)}});
+       }},
+      {"slice",
+       [] {
+         auto x = input<"x", shape<fix<2>, fix<4>>>();
+         return run_case(make_graph(slice<1, fix<1>, fix<2>>(x)), slice_entry, {{"x", rnd({2, 4}, 10)}});
+       }},
+      {"reshape",
+       [] {
+         auto x = input<"x", shape<fix<2>, fix<6>>>();
+         return run_case(make_graph(reshape<shape<fix<3>, fix<4>>>(x)), reshape_entry, {{"x", rnd({2, 6}, 11)}});
+       }},
+      {"transpose",
+       [] {
+         auto x = input<"x", shape<fix<2>, fix<3>, fix<4>>>();
+         return run_case(make_graph(transpose<1, 0, 2>(x)), transpose_entry, {{"x", rnd({2, 3, 4}, 12)}});
+       }},
+      {"add",
+       [] {
+         auto a = input<"a", shape<fix<2>, fix<3>>>();
+         auto b = input<"b", shape<fix<3>>>();
+         return run_case(make_graph(add(a, b)), add_entry, {{"a", rnd({2, 3}, 13)}, {"b", rnd({3}, 14)}});
+       }},
+      {"sum",
+       [] {
+         auto x = input<"x", shape<fix<2>, fix<3>>>();
+         return run_case(make_graph(sum(x)), sum_entry, {{"x", rnd({2, 3}, 15)}});
+       }},
+      {"mul",
+       [] {
+         auto a = input<"a", shape<fix<2>, fix<3>>>();
+         auto b = input<"b", shape<fix<3>>>();
+         return run_case(make_graph(mul(a, b)), mul_entry, {{"a", rnd({2, 3}, 16)}, {"b", rnd({3}, 17)}});
+       }},
+      {"embedding",
+       [] {
+         auto tok = input<"tok", shape<fix<2>, fix<3>>, int>();
+         auto w = param<"w", shape<fix<5>, fix<2>>>();
+         return run_case(make_graph(embedding(tok, w)), embedding_entry, {{"tok", tokens({2, 3}, {4, 0, 4, 1, 2, 3})}});
+       }},
+      {"positional_encoding",
+       [] {
+         auto x = input<"x", shape<fix<2>, fix<3>, fix<4>>>();
+         auto pos = input<"pos", shape<fix<2>, fix<3>>, int>();
+         return run_case(make_graph(add_positional_encoding(x, pos)), positional_encoding_entry,
+                         {{"x", rnd({2, 3, 4}, 18)}, {"pos", tokens({2, 3}, {0, 1, 2, 5, 6, 7})}});
+       }},
+      {"layer_norm",
+       [] {
+         auto x = input<"x", shape<fix<3>, fix<4>>>();
+         auto gamma = param<"gamma", shape<fix<4>>, init<init_kind::ones>>();
+         auto beta = param<"beta", shape<fix<4>>>();
+         return run_case(make_graph(layer_norm<1e-5>(x, gamma, beta)), layer_norm_entry, {{"x", rnd({3, 4}, 19)}});
+       }},
+      {"relu",
+       [] {
+         auto x = input<"x", shape<fix<2>, fix<3>>>();
+         return run_case(make_graph(relu(x)), relu_entry, {{"x", tensor<double>({2, 3}, {0.5, -1, 2, 1, 1.5, -0.5})}});
+       }},
+      {"gelu",
+       [] {
+         auto x = input<"x", shape<fix<2>, fix<3>>>();
+         return run_case(make_graph(gelu(x)), gelu_entry, {{"x", rnd({2, 3}, 20)}});
+       }},
+      {"dropout",
+       [] {
+         auto x = input<"x", shape<fix<4>, fix<5>>>();
+         auto seed = input<"seed", shape<fix<2>>, int>();
+         return run_case(make_graph(dropout<0.3>(x, seed)), dropout_entry,
+                         {{"x", rnd({4, 5}, 21)}, {"seed", tokens({2}, {7, 1})}});
+       }},
+      {"cross_entropy",
+       [] {
+         auto x = input<"x", shape<fix<3>, fix<5>>>();
+         auto t = input<"t", shape<fix<3>>, int>();
+         return run_case(make_graph(cross_entropy<-100, 0.1>(x, t)), cross_entropy_entry,
+                         {{"x", rnd({3, 5}, 22)}, {"t", tokens({3}, {4, -100, 0})}});
+       }},
+  };
+  return table;
+}
+
+}  // namespace
+
+TEST_CASE("every op has a gradcheck case, a DOT name, and a backward that reads only what its entry declares") {
+  REQUIRE(registered_ops().size() >= cases().size());
+  for (const op_entry* op : registered_ops()) {
+    INFO("op \"" << op->name << "\"");
+    auto it = cases().find(op->name);
+    if (it == cases().end()) {
+      FAIL_CHECK("no case for this op in tests/test_op_table.cpp: add one");
+      continue;
+    }
+    const case_result r = it->second();
+    CHECK(r.ops.count(op->name) == 1);  // the case really uses the op
+    CHECK_THAT(r.dot, Catch::Contains("[label=\"" + std::string(op->name) + "\\n"));
+    INFO(r.grad.str());
+    CHECK(r.grad.checked > 0);
+    CHECK(r.grad.ok);
+    INFO("overwritten with NaN before backward:" << r.unread_poisoned);
+    CHECK(r.same_after_poison);
+  }
+}
+
+TEST_CASE("every case in the table names a registered op") {
+  std::set<std::string_view> names;
+  for (const op_entry* op : registered_ops()) names.insert(op->name);
+  for (const auto& [name, run] : cases()) {
+    INFO(name);
+    CHECK(names.count(name) == 1);
+  }
+}
+
+TEST_CASE("op names and ids are unique, and no op reuses the leaves' ids") {
+  std::set<std::string_view> names{input_entry.name, param_entry.name};
+  std::set<int> ids{input_entry.id, param_entry.id};
+  for (const op_entry* op : registered_ops()) {
+    INFO(op->name);
+    CHECK(names.insert(op->name).second);
+    CHECK(ids.insert(op->id).second);
+    CHECK(op->role == node_role::op);
+    CHECK(op->f32.forward);
+    CHECK(op->f32.backward);
+    CHECK(op->f64.forward);
+    CHECK(op->f64.backward);
+  }
+}
+
+TEST_CASE("a view's backward reads nothing, and an op that runs in place declares no strided reads") {
+  for (const op_entry* op : registered_ops()) {
+    INFO(op->name);
+    if (op->is_view) CHECK((op->backward_reads == 0 && !op->backward_reads_output));
+    if (op->can_run_in_place) CHECK(op->reads_strided == nullptr);
+  }
+}
