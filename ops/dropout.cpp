@@ -12,7 +12,9 @@
 #include "parallel.hpp"
 
 namespace loom::ops {
-namespace {
+// (a named namespace, not an anonymous one: the kernels' lambdas capture dropout_mask, and the
+// kernels are declared in a public header)
+namespace dropout_detail {
 
 constexpr std::int64_t elementwise_grain = 1 << 14;
 constexpr std::uint64_t golden_gamma = 0x9e3779b97f4a7c15ull;
@@ -42,7 +44,8 @@ struct dropout_mask {
   }
 };
 
-}  // namespace
+}  // namespace dropout_detail
+using namespace dropout_detail;
 
 template <class T>
 void dropout_kernel<T>::forward(const op_args<T>& a) {

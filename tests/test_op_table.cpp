@@ -214,6 +214,11 @@ const std::map<std::string_view, std::function<case_result()>>& cases() {
          auto x = input<"x", shape<fix<2>, fix<3>>>();
          return run_case(make_graph(gelu(x)), gelu_entry, {{"x", rnd({2, 3}, 20)}});
        }},
+      {"silu",
+       [] {
+         auto x = input<"x", shape<fix<2>, fix<3>>>();
+         return run_case(make_graph(silu(x)), silu_entry, {{"x", rnd({2, 3}, 23)}});
+       }},
       {"dropout",
        [] {
          auto x = input<"x", shape<fix<4>, fix<5>>>();

@@ -14,4 +14,5 @@
 #include "loom/ops/positional_encoding.hpp"
 #include "loom/ops/reshape.hpp"
 #include "loom/ops/scale.hpp"
+#include "loom/ops/silu.hpp"
 #include "loom/ops/softmax.hpp"

@@ -1,0 +1,16 @@
+# CTest check: include/loom/ops.hpp (the umbrella users include) lists every op header in
+# include/loom/ops/. Run as: cmake -DROOT=<source dir> -P ops_umbrella.cmake
+file(READ ${ROOT}/include/loom/ops.hpp umbrella)
+file(GLOB headers RELATIVE ${ROOT}/include ${ROOT}/include/loom/ops/*.hpp)
+set(missing "")
+foreach(h IN LISTS headers)
+  string(FIND "${umbrella}" "#include \"${h}\"" at)
+  if(at EQUAL -1)
+    list(APPEND missing ${h})
+  endif()
+endforeach()
+if(missing)
+  message(FATAL_ERROR "include/loom/ops.hpp does not include: ${missing}")
+endif()
+list(LENGTH headers count)
+message(STATUS "include/loom/ops.hpp includes all ${count} op headers")
