@@ -50,6 +50,7 @@ namespace {
 struct settings {
   int threads = 1;
   bool quick = false;
+  bool memory_plan = false;  // print the training steps' memory plans (stderr)
   int warmup_calls() const { return quick ? 1 : 3; }
   double warmup_seconds() const { return quick ? 0.05 : 0.3; }
   int repetitions() const { return quick ? 3 : 7; }
@@ -253,6 +254,11 @@ json_line train_step(const settings& s, std::int64_t b, std::int64_t len) {
   auto g = make_graph(nn::seq2seq<C, nn::train_mode>::template loss<0>());
   auto params = g.template make_params<float>(1);
   auto run = g.template executor<float>(params, {.threads = s.threads});
+  // the memory plan, known before running: B is the batch, every other dim the length
+  std::vector<std::pair<std::string_view, std::int64_t>> dims;
+  for (std::string_view sym : run.plan().syms) dims.emplace_back(sym, sym == "B" ? b : len);
+  const memory_report planned = run.memory_plan(dims);
+  if (s.memory_plan) std::fprintf(stderr, "%s", planned.str(-1).c_str());
   adam<float> opt(params, {.lr = 1e-3});
   std::vector<double> losses;
   const auto t = time_calls(s, [&] {
@@ -269,6 +275,7 @@ json_line train_step(const settings& s, std::int64_t b, std::int64_t len) {
   j.num("rss_baseline_mib", rss_before).num("rss_peak_mib", peak_rss_mib());
   j.num("params", static_cast<double>(params.numel()));
   j.num("arena_mib", static_cast<double>(run.arena_bytes()) / (1 << 20));  // the executor's value and gradient buffers
+  j.num("planned_mib", static_cast<double>(planned.peak_bytes) / (1 << 20));  // what the plan said before running
   return j;
 }
 
@@ -384,7 +391,7 @@ std::vector<bench_case> cases() {
 }
 
 int usage(const char* argv0) {
-  std::fprintf(stderr, "usage: %s [--case NAME] [--threads N] [--json] [--quick] [--list]\n", argv0);
+  std::fprintf(stderr, "usage: %s [--case NAME] [--threads N] [--json] [--quick] [--memory-plan] [--list]\n", argv0);
   return 2;
 }
 
@@ -403,6 +410,8 @@ int main(int argc, char** argv) {
       json = true;
     else if (!std::strcmp(argv[i], "--quick"))
       s.quick = true;
+    else if (!std::strcmp(argv[i], "--memory-plan"))
+      s.memory_plan = true;
     else if (!std::strcmp(argv[i], "--list")) {
       for (const auto& c : cases()) std::printf("%s\n", c.name.c_str());
       return 0;

@@ -57,7 +57,7 @@ int main(int argc, char** argv) {
 
   auto g = worked::graph();
   auto params = worked::weights_values<float>();
-  auto run = g.executor<float>(params);
+  auto run = g.executor<float>(params, {.keep_all = true});  // every intermediate stays readable
   auto x = worked::x_values<float>();
   run.forward({{"x", x}});
 

@@ -12,44 +12,30 @@ namespace {
 std::int64_t aligned(std::int64_t elems) { return (elems + 15) / 16 * 16; }
 }  // namespace
 
-// Sizes the arena for the bound dims. It grows only when a buffer does not fit.
+// Places every planned buffer for the bound dims (planner.hpp) and grows the arena when the
+// placement does not fit: to exactly what is needed the first time, then at least twice the
+// old size, so that dims growing step by step (a KV cache's P) reallocate O(log n) times.
 template <class T>
 void executor<T>::impl::allocate() {
-  bool grow = cap_val.empty();
-  std::vector<std::int64_t> want_val(n, 0), want_grad(n, 0);
-  for (int i = 0; i < n; ++i) {
-    const bool input = plan.order[i]->op->role == node_role::input;
-    if ((!leaf[i] && view_of[i] < 0) || materialize[i]) want_val[i] = aligned(dims[i].size());
-    if ((!leaf[i] || input) && needs_grad[i] && !grad_view[i]) want_grad[i] = aligned(dims[i].size());
+  std::vector<std::int64_t> sizes(buffers.buffers.size(), 0);
+  for (std::size_t b = 0; b < sizes.size(); ++b) {
+    const int node = buffers.buffers[b].node;
+    if (node < 0) continue;  // merged into another buffer (in place)
+    const bool input = plan.order[node]->op->role == node_role::input;
+    if (!buffers.buffers[b].grad && input && !materialize[node]) continue;  // read from its feed
+    sizes[b] = aligned(dims[node].size());
   }
-  if (!grow)
-    for (int i = 0; i < n; ++i) grow = grow || want_val[i] > cap_val[i] || want_grad[i] > cap_grad[i];
-  if (!grow) return;
-  cap_val.resize(n, 0);
-  cap_grad.resize(n, 0);
+  planned_elems = detail::place_buffers(buffers, sizes, buffer_offset);
   off_val.assign(n, 0);
   off_grad.assign(n, 0);
-  std::int64_t total = 0;
-  // A buffer that must grow gets twice what it needs (rounded to a power of two), so that
-  // dims growing step by step (a KV cache's P) reallocate O(log n) times, not every step.
-  auto grown = [](std::int64_t cap, std::int64_t want) {
-    if (want <= cap) return cap;
-    std::int64_t c = 16;
-    while (c < want) c *= 2;
-    return cap == 0 ? want : c;  // the first allocation is exact
-  };
   for (int i = 0; i < n; ++i) {
-    cap_val[i] = grown(cap_val[i], want_val[i]);
-    off_val[i] = total;
-    total += cap_val[i];
+    if (buffers.val_buf[i] >= 0) off_val[i] = buffer_offset[buffers.val_buf[i]];
+    if (buffers.grad_buf[i] >= 0) off_grad[i] = buffer_offset[buffers.grad_buf[i]];
   }
-  for (int i = 0; i < n; ++i) {
-    cap_grad[i] = grown(cap_grad[i], want_grad[i]);
-    off_grad[i] = total;
-    total += cap_grad[i];
-  }
-  mem.reset(new T[static_cast<std::size_t>(std::max<std::int64_t>(total, 1))]());
-  mem_elems = total;
+  if (mem && planned_elems <= mem_elems) return;
+  const std::int64_t want = mem ? std::max(planned_elems, 2 * mem_elems) : planned_elems;
+  mem.reset(new T[static_cast<std::size_t>(std::max<std::int64_t>(want, 1))]());
+  mem_elems = want;
 }
 
 // The addresses of every node's value and gradient, in topological order (a view's come

@@ -47,6 +47,23 @@ executor<T>::impl::impl(plan_view p, param_store<T>& ps, exec_options o) : plan(
   edge_stride.resize(e);
   edge_grad.resize(e);
   sched = detail::build_schedules(plan, leaf, needs_grad);
+  keep.assign(n, 0);
+  plan_memory();
+}
+
+template <class T>
+void executor<T>::impl::plan_memory() {
+  detail::planner_input in;
+  in.plan = &plan;
+  in.sched = &sched;
+  in.leaf = leaf;
+  in.needs_grad = needs_grad;
+  in.keep = keep;
+  in.view_of = view_of;
+  in.grad_view = grad_view;
+  in.inference = opts.inference;
+  in.keep_all = opts.keep_all;
+  buffers = detail::plan_buffers(in);
 }
 
 template <class T>
@@ -135,6 +152,10 @@ tensor_view<const T> executor<T>::value_at(int i) const {
   if (!p_->forwarded) throw error("executor: no value before forward()");
   if (p_->plan.order[i]->elem != dtype::real)
     throw error("executor: " + p_->plan.describe(i) + " is not real-valued");
+  if (!p_->buffers.value_kept[i])
+    throw error("executor: the value of " + p_->plan.describe(i) +
+                " was not kept: its memory is reused once nothing needs it. Call keep(node) before forward(), "
+                "make it an output of the graph, or set exec_options::keep_all (debugging)");
   return {static_cast<const T*>(p_->val[i]), p_->dims[i]};
 }
 
@@ -144,7 +165,25 @@ tensor_view<const T> executor<T>::grad_at(int i) const {
   if (!p_->grad[i])
     throw error("executor: no gradient flows to " + p_->plan.describe(i) +
                 (p_->plan.order[i]->op->role == node_role::input ? " (set exec_options::input_grads)" : ""));
+  if (!p_->buffers.grad_kept[i])
+    throw error("executor: the gradient of " + p_->plan.describe(i) +
+                " was not kept: its memory is reused once backward is past it. Call keep(node) before forward(), "
+                "or set exec_options::keep_all (debugging)");
   return {p_->grad[i], p_->dims[i]};
+}
+
+template <class T>
+void executor<T>::keep_at(int i) {
+  if (i < 0 || i >= p_->n) throw error("executor: keep: node " + std::to_string(i) + " is not in this graph");
+  if (p_->keep[i]) return;
+  p_->keep[i] = 1;
+  p_->plan_memory();
+  p_->bound = p_->forwarded = p_->backwarded = false;  // the next forward() places buffers anew
+}
+
+template <class T>
+std::size_t executor<T>::planned_bytes() const {
+  return static_cast<std::size_t>(p_->planned_elems) * sizeof(T);
 }
 
 template <class T>

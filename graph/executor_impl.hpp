@@ -19,6 +19,7 @@
 
 #include "../ops/kernel.hpp"
 #include "loom/graph/executor.hpp"
+#include "planner.hpp"
 #include "schedule.hpp"
 
 namespace loom {
@@ -39,6 +40,8 @@ struct executor<T>::impl {
   detail::schedules sched;
   std::vector<int> view_of;               // views (op_entry::is_view): the node whose buffer they share
   std::vector<std::uint8_t> grad_view;    // 1 when a view also shares its input's gradient
+  std::vector<std::uint8_t> keep;         // nodes whose value and gradient stay readable (keep())
+  detail::buffer_plan buffers;            // which buffers share bytes (planner.hpp)
 
   // ---- the last successful bind (bind.cpp) ----
   bool bound = false, forwarded = false, backwarded = false;
@@ -60,12 +63,15 @@ struct executor<T>::impl {
   std::vector<T*> edge_grad;
 
   // ---- the arena: every value and gradient buffer of computed nodes (buffers.cpp) ----
-  std::vector<std::int64_t> cap_val, cap_grad, off_val, off_grad;
+  std::vector<std::int64_t> off_val, off_grad;  // per node, in elements
+  std::vector<std::int64_t> buffer_offset;      // per planned buffer
   std::unique_ptr<T[]> mem;
-  std::int64_t mem_elems = 0;
+  std::int64_t mem_elems = 0;                   // allocated
+  std::int64_t planned_elems = 0;               // needed by the last bind's placement
 
   impl(plan_view p, param_store<T>& ps, exec_options o);
   void make_arena();
+  void plan_memory();  // buffers from keep and the options (again after keep())
 
   void bind(std::span<const feed> given);
   bool same_binding(std::span<const feed> given) const;

@@ -1,5 +1,5 @@
 // relu and gelu kernels, elementwise.
-//   relu: y = max(x, 0);                     dx += dy · [x > 0]
+//   relu: y = max(x, 0);                     dx += dy · [y > 0]  (= [x > 0])
 //   gelu: y = x Φ(x) = x/2 (1 + erf(x/√2));  dx += dy · (Φ(x) + x φ(x)),  φ(x) = e^(−x²/2)/√(2π)
 #include <algorithm>
 #include <cmath>
@@ -36,12 +36,12 @@ template <class T>
 void relu_kernel<T>::backward(const op_args<T>& a) {
   T* dx = a.grad(0);
   if (!dx) return;
-  const T* x = a.input(0);
+  const T* y = a.out;  // y > 0 exactly where x > 0: the input need not be kept for backward
   const T* dy = a.dout;
   with_fresh(a.fresh(0), [&](auto fresh) {
     each(a.out_dims.size(), [&](std::int64_t i) {
       const T g = dy[i];  // loaded unconditionally, so that the select vectorises
-      put<fresh()>(dx[i], x[i] > T(0) ? g : T(0));
+      put<fresh()>(dx[i], y[i] > T(0) ? g : T(0));
     });
   });
 }

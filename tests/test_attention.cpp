@@ -15,6 +15,8 @@ TEST_CASE("the worked self-attention example gives the tutorial's output to 1e-4
   auto g = worked::graph();
   auto p = worked::weights_values<float>();
   auto run = g.executor<float>(p);
+  run.keep(worked::q());
+  run.keep(worked::weights());
   auto x = worked::x_values<float>();
   run.forward({{"x", x}});
   const float expected[6] = {0.4743f, 0.5875f, 0.4736f, 0.5875f, 0.4739f, 0.5877f};

@@ -118,17 +118,35 @@ TEST_CASE("repeated runs give identical results and gradients are overwritten, n
   CHECK(p.grad("w")[0] == 1.0);
 }
 
-TEST_CASE("value() reads any node of the graph and rejects nodes of other graphs") {
+TEST_CASE("value() reads a kept node of the graph and rejects nodes of other graphs") {
   auto x = input<"x", shape<fix<2>>>();
   auto s = scale<3.0>(x);
   auto g = make_graph(sum(s));
   param_store<double> p;
   auto run = g.executor<double>(p);
+  run.keep(s);
   tensor<double> xs({2}, {1, 2});
   run.forward({{"x", xs}});
   CHECK(run.value(s)[1] == 6.0);
+  CHECK(run.value(x)[1] == 2.0);  // inputs are always readable
   CHECK(run.output()[0] == 9.0);
   CHECK_THROWS_AS(run.value(scale<4.0>(x)), error);
+}
+
+TEST_CASE("value() of a node the memory plan did not keep says how to keep it") {
+  auto x = input<"x", shape<fix<2>>>();
+  auto s = scale<3.0>(x);
+  auto g = make_graph(sum(relu(s)));
+  param_store<double> p;
+  auto run = g.executor<double>(p);
+  tensor<double> xs({2}, {1, 2});
+  run.forward({{"x", xs}});
+  const std::string message = test::message_of([&] { (void)run.value(s); });
+  CHECK_THAT(message, Catch::Contains("was not kept") && Catch::Contains("keep(node)") &&
+                          Catch::Contains("keep_all"));
+  auto debug = g.executor<double>(p, {.keep_all = true});
+  debug.forward({{"x", xs}});
+  CHECK(debug.value(s)[0] == 3.0);
 }
 
 TEST_CASE("the plan lists nodes in topological order with their consumers") {

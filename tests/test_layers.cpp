@@ -382,6 +382,7 @@ TEST_CASE("dropout's backward recomputes the forward's mask") {
   auto g = make_graph(sum(dropout<0.3>(x, seed)));
   param_store<double> p;
   auto run = g.executor<double>(p, {.input_grads = true});
+  run.keep(dropout<0.3>(x, seed));
   tensor<double> xs({40, 50});
   xs.fill(1.0);
   run.forward({{"x", xs}, {"seed", seed_of(11, 5)}});

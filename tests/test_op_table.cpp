@@ -53,7 +53,7 @@ void check_unread(const plan_view& plan, const op_entry& op, param_store<double>
   for (int i = 0; i < plan.size(); ++i)
     if (plan.order[i]->op == &op) target = i;
   REQUIRE(target >= 0);
-  executor<double> ex(plan, params, {.threads = 1, .input_grads = true});
+  executor<double> ex(plan, params, {.threads = 1, .input_grads = true, .keep_all = true});
   std::vector<tensor<double>> cot;
   for (std::size_t k = 0; k < plan.roots.size(); ++k) {
     ex.forward(feeds);

@@ -6,12 +6,14 @@
 #include <memory>
 #include <span>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "loom/core/node.hpp"
 #include "loom/core/params.hpp"
 #include "loom/core/tensor.hpp"
 #include "loom/graph/feed.hpp"
+#include "loom/graph/memory_plan.hpp"
 #include "loom/graph/plan.hpp"
 
 namespace loom {
@@ -22,11 +24,15 @@ struct exec_options {
   bool input_grads = false;  // also compute gradients of real-valued inputs (input_grad())
   bool training = true;      // dropout is active only in training
   bool inference = false;    // forward only: no gradient buffers, no dropout; backward() throws
+  bool keep_all = false;     // debugging: every value and gradient stays readable (no memory sharing)
 };
 
-/// Runs one graph in scalar type T (float or double). Buffers are allocated on the first
-/// forward() and reused while the bound dims fit in them. Independent nodes run concurrently;
-/// results do not depend on the thread count (bit-identical for 1, 2 or N threads).
+/// Runs one graph in scalar type T (float or double). Buffers are planned from the graph
+/// (graph/planner.hpp): a value lives only while a forward or backward kernel still reads it,
+/// a gradient while backward needs it, and buffers with disjoint lifetimes share the arena's
+/// bytes. Outputs, parameters' gradients and kept nodes (keep()) stay readable. The arena is
+/// allocated on the first forward() and reused while the bound dims fit. Independent nodes run
+/// concurrently; results do not depend on the thread count (bit-identical for 1, 2 or N).
 /// Not thread-safe: one executor is used by one thread at a time.
 template <class T>
 class executor {
@@ -53,14 +59,24 @@ class executor {
 
   /// Value of the k-th output of make_graph(outputs...) after forward().
   tensor_view<const T> output(int k = 0) const;
-  /// Value of any real-valued node of the graph after forward(); throws if it is not in it.
+  /// Keeps `node`'s value (and gradient) readable after forward() (and backward()): call it
+  /// before forward(). Outputs and parameters are always kept.
+  template <class Node>
+  void keep(Node) {
+    keep_at(index_of(desc_ptr<Node>()));
+  }
+  void keep_at(int node);
+  /// Value of a real-valued node of the graph after forward(): an output, an input, or a node
+  /// kept with keep(). Throws error for other nodes (their memory is reused) and for nodes of
+  /// other graphs.
   template <class Node>
   tensor_view<const T> value(Node) const {
     return value_at(index_of(desc_ptr<Node>()));
   }
   /// Gradient of the named real input after backward() (needs exec_options::input_grads).
   tensor_view<const T> input_grad(std::string_view name) const;
-  /// Gradient of any node that gradients flow through, after backward().
+  /// Gradient of a node that gradients flow through, after backward(): a parameter, an input
+  /// (with exec_options::input_grads) or a kept node.
   template <class Node>
   tensor_view<const T> grad(Node) const {
     return grad_at(index_of(desc_ptr<Node>()));
@@ -71,8 +87,18 @@ class executor {
   void set_threads(int threads);
   int threads() const;
   void set_training(bool training);
-  /// Bytes held by value and gradient buffers.
+  /// The memory plan for the dims given by name (every symbol of the graph), without running:
+  /// the arena's size and its buffers. Assumes contiguous feeds. Throws shape_error for a
+  /// missing or negative dim, or one whose sizes overflow.
+  memory_report memory_plan(std::span<const std::pair<std::string_view, std::int64_t>> dims) const;
+  memory_report memory_plan(std::initializer_list<std::pair<std::string_view, std::int64_t>> dims) const {
+    return memory_plan(std::span<const std::pair<std::string_view, std::int64_t>>(dims.begin(), dims.size()));
+  }
+  /// Bytes held by value and gradient buffers (allocated).
   std::size_t arena_bytes() const;
+  /// Bytes the last forward()'s memory plan needs (equal to arena_bytes() unless the arena
+  /// grew for larger dims before).
+  std::size_t planned_bytes() const;
   const plan_view& plan() const;
 
   /// Index in the plan of the input named `name`; throws missing_error if there is none.

@@ -46,6 +46,14 @@ struct graph {
     return store;
   }
   std::string dot() const { return to_dot(plan()); }
+  /// The memory plan of an executor<T> with `options` for the given dims, without running
+  /// (see executor::memory_plan): `g.memory_plan<float>({{"B", 16}, {"T", 64}})`.
+  template <class T>
+  memory_report memory_plan(std::initializer_list<std::pair<std::string_view, std::int64_t>> dims,
+                            exec_options options = {}) const {
+    param_store<T> none;
+    return ::loom::executor<T>(plan(), none, options).memory_plan(dims);
+  }
 };
 
 /// The graph computing `outputs...` (nodes built with input<>, param<> and the ops); its plan

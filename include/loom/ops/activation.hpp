@@ -1,6 +1,6 @@
 // Elementwise activations.
 //
-//   relu(x) = max(x, 0);         backward: dx = dy · [x > 0]   (0 at x = 0, as PyTorch)
+//   relu(x) = max(x, 0);         backward: dx = dy · [y > 0] = dy · [x > 0]   (0 at x = 0, as PyTorch)
 //   gelu(x) = x · Φ(x) = x/2 · (1 + erf(x / √2))   (exact form: F.gelu's default)
 //                                backward: dx = dy · (Φ(x) + x · φ(x)),  φ(x) = exp(−x²/2) / √(2π)
 #pragma once
@@ -24,7 +24,7 @@ inline constexpr op_entry relu_entry{
     .f64 = kernels_of<ops::relu_kernel, double>(),
     .writes_fresh = true,
     .can_run_in_place = true,
-    .backward_reads = reads({0}),
+    .backward_reads_output = true,
 };
 LOOM_REGISTER_OP(relu_entry);
 

@@ -14,6 +14,7 @@ int main() {
 
   loom::param_store<double> params;  // the graph has none
   auto run = g.executor<double>(params, {.input_grads = true});
+  run.keep(weights);  // intermediate values are readable only when kept (their memory is reused)
   // Row 0: softmax of [0, 0, 0, ln 5] is [1, 1, 1, 5] / 8. Row 1: uniform, 1/4 each.
   loom::tensor<double> xs({2, 4}, {0, 0, 0, std::log(5.0), 7, 7, 7, 7});
   run.forward({{"x", xs}});

@@ -1,0 +1,145 @@
+// The memory plan: buffers with disjoint lifetimes share the arena's bytes, some nodes run in
+// place, and none of it changes a single bit of any result — for any thread count — while the
+// arena shrinks and its size is known before running.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cstring>
+
+#include "loom/loom.hpp"
+#include "loom/nn/transformer.hpp"
+#include "test_support.hpp"
+
+using namespace loom;
+
+namespace {
+
+constexpr nn::transformer_config small{.d_model = 16, .heads = 2, .ffn = 24, .encoder_layers = 2,
+                                       .decoder_layers = 2, .src_vocab = 11, .tgt_vocab = 9, .dropout = 0.1};
+
+tensor<std::int32_t> ints(dims_t d, std::vector<std::int32_t> v) { return tensor<std::int32_t>(d, std::move(v)); }
+
+struct batch {
+  tensor<std::int32_t> src = ints({3, 5}, {1, 2, 3, 4, 5, 6, 7, 8, 0, 0, 9, 10, 1, 0, 0});
+  tensor<std::int32_t> src_len = ints({3}, {5, 3, 3});
+  tensor<std::int32_t> tgt = ints({3, 4}, {1, 2, 3, 4, 1, 5, 6, 0, 1, 7, 0, 0});
+  tensor<std::int32_t> target = ints({3, 4}, {2, 3, 4, 8, 5, 6, 8, 0, 7, 8, 0, 0});
+  tensor<std::int32_t> seed = ints({2}, {5, 1});
+  std::vector<feed> feeds() const {
+    return {{"src", src}, {"src_len", src_len}, {"tgt", tgt}, {"target", target}, {"seed", seed}};
+  }
+};
+
+// The loss and every parameter gradient of one training step, as raw floats.
+template <class G>
+std::vector<float> step(const G& g, exec_options options, std::size_t* arena = nullptr) {
+  auto p = g.template make_params<float>(3);
+  auto run = g.template executor<float>(p, options);
+  const batch b;
+  const auto feeds = b.feeds();
+  run.forward(feeds);
+  run.backward();
+  run.forward(feeds);  // twice: the second step runs on reused buffers
+  run.backward();
+  if (arena) *arena = run.arena_bytes();
+  std::vector<float> all{run.output()[0]};
+  for (auto& [name, e] : p) all.insert(all.end(), e.grad.values().begin(), e.grad.values().end());
+  return all;
+}
+
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+// Every pair of buffers whose bytes overlap has disjoint lifetimes.
+void require_no_overlapping_tenants(const memory_report& r) {
+  for (std::size_t a = 0; a < r.buffers.size(); ++a)
+    for (std::size_t b = a + 1; b < r.buffers.size(); ++b) {
+      const auto& x = r.buffers[a];
+      const auto& y = r.buffers[b];
+      const bool bytes_overlap = x.offset < y.offset + y.bytes && y.offset < x.offset + x.bytes;
+      if (!bytes_overlap) continue;
+      INFO(x.what << " [" << x.first << ", " << (x.kept ? "end" : std::to_string(x.last)) << "] and " << y.what
+                  << " [" << y.first << ", " << (y.kept ? "end" : std::to_string(y.last)) << "]");
+      const bool x_before_y = !x.kept && x.last < y.first;
+      const bool y_before_x = !y.kept && y.last < x.first;
+      REQUIRE((x_before_y || y_before_x));
+    }
+}
+
+}  // namespace
+
+TEST_CASE("sharing buffers changes no bit of the loss or of any gradient, for 1, 2 and 4 threads") {
+  auto g = make_graph(nn::seq2seq<small, nn::train_mode>::loss<0, 0.1>());
+  std::size_t unshared_arena = 0, shared_arena = 0;
+  const auto reference = step(g, {.threads = 1, .keep_all = true}, &unshared_arena);
+  CHECK(same_bits(reference, step(g, {.threads = 1}, &shared_arena)));
+  CHECK(same_bits(reference, step(g, {.threads = 2})));
+  CHECK(same_bits(reference, step(g, {.threads = 4})));
+  CHECK(shared_arena < unshared_arena / 2);
+}
+
+TEST_CASE("the planned arena is known before running and equals what forward allocates") {
+  auto g = make_graph(nn::seq2seq<small, nn::train_mode>::loss<0, 0.1>());
+  const memory_report planned = g.memory_plan<float>({{"B", 3}, {"S", 5}, {"T", 4}});
+  INFO(planned.str());
+  CHECK(planned.peak_bytes > 0);
+  CHECK(planned.peak_bytes < planned.unshared_bytes);
+  CHECK(planned.in_place > 0);
+  auto p = g.make_params<float>(3);
+  auto run = g.executor<float>(p);
+  const batch b;
+  run.forward(b.feeds());
+  CHECK(run.planned_bytes() == planned.peak_bytes);
+  CHECK(run.arena_bytes() == planned.peak_bytes);
+  // larger dims: a larger plan, and the arena grows to hold it
+  const memory_report longer = g.memory_plan<float>({{"B", 3}, {"S", 50}, {"T", 40}});
+  CHECK(longer.peak_bytes > planned.peak_bytes);
+}
+
+TEST_CASE("no two buffers that share bytes are alive at the same step, in every graph of these tests") {
+  SECTION("training") {
+    auto g = make_graph(nn::seq2seq<small, nn::train_mode>::loss<0, 0.1>());
+    require_no_overlapping_tenants(g.memory_plan<float>({{"B", 3}, {"S", 5}, {"T", 4}}));
+    require_no_overlapping_tenants(g.memory_plan<double>({{"B", 1}, {"S", 17}, {"T", 1}}));
+  }
+  SECTION("evaluation (inference: values die after their last reader)") {
+    auto g = make_graph(nn::seq2seq<small, nn::eval_mode>::loss<0>());
+    const auto r = g.memory_plan<float>({{"B", 3}, {"S", 5}, {"T", 4}}, {.inference = true});
+    require_no_overlapping_tenants(r);
+    const auto training = g.memory_plan<float>({{"B", 3}, {"S", 5}, {"T", 4}});
+    CHECK(r.peak_bytes < training.peak_bytes);
+  }
+}
+
+constexpr nn::transformer_config deep{.d_model = 16, .heads = 2, .ffn = 24, .decoder_layers = 6, .tgt_vocab = 9};
+constexpr nn::transformer_config shallow{.d_model = 16, .heads = 2, .ffn = 24, .decoder_layers = 1, .tgt_vocab = 9};
+
+TEST_CASE("an inference plan holds a few layers' activations, not the whole stack") {
+  // a decoder-only stack: each layer's buffers are free for the next one once it is done
+  auto deep_g = make_graph(nn::language_model<deep>::logits());
+  auto shallow_g = make_graph(nn::language_model<shallow>::logits());
+  const auto d = deep_g.memory_plan<float>({{"B", 8}, {"T", 32}}, {.inference = true});
+  const auto s = shallow_g.memory_plan<float>({{"B", 8}, {"T", 32}}, {.inference = true});
+  INFO(d.str(5) << s.str(5));
+  // six times the layers, not six times the memory: the buffers of finished layers are reused
+  CHECK(d.peak_bytes <= s.peak_bytes + s.peak_bytes / 4);
+  CHECK(d.unshared_bytes > 4 * s.unshared_bytes);
+}
+
+TEST_CASE("memory_plan names a missing or unknown dim") {
+  auto g = make_graph(nn::seq2seq<small, nn::train_mode>::loss<0, 0.1>());
+  CHECK_THAT(test::message_of([&] { (void)g.memory_plan<float>({{"B", 3}, {"S", 5}}); }),
+             Catch::Contains("no value given for dim \"T\""));
+  CHECK_THAT(test::message_of([&] { (void)g.memory_plan<float>({{"B", 3}, {"S", 5}, {"T", 4}, {"Q", 1}}); }),
+             Catch::Contains("no dim \"Q\""));
+  CHECK_THAT(test::message_of([&] { (void)g.memory_plan<float>({{"B", -1}, {"S", 5}, {"T", 4}}); }),
+             Catch::Contains("negative"));
+}
+
+TEST_CASE("keep_all (debugging) gives every buffer its own bytes") {
+  auto g = make_graph(nn::seq2seq<small, nn::train_mode>::loss<0, 0.1>());
+  const auto r = g.memory_plan<float>({{"B", 3}, {"S", 5}, {"T", 4}}, {.keep_all = true});
+  CHECK(r.peak_bytes == r.unshared_bytes);
+  CHECK(r.in_place == 0);
+}
