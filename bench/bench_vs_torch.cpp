@@ -221,6 +221,12 @@ constexpr nn::transformer_config small_cfg{.d_model = 256,
                                            .decoder_layers = 3,
                                            .src_vocab = 1000,
                                            .tgt_vocab = 1000};
+// the same model, each layer recomputed in backward instead of kept (checkpoint)
+constexpr nn::transformer_config small_recompute_cfg = [] {
+  auto c = small_cfg;
+  c.recompute = true;
+  return c;
+}();
 
 /// GEMM FLOPs of one encoder–decoder forward (biases, norms, softmax, embeddings left out):
 ///   encoder layer:  2·B·S·d·(3d + d + 2f) + 4·B·S²·d           (QKV, out, FFN; scores, weights·V)
@@ -385,6 +391,7 @@ std::vector<bench_case> cases() {
   mha.template operator()<512, 8>(1, 1024);
   r.push_back({"tiny_train", [](const settings& s) { return train_step<tiny_cfg>(s, 32, 16); }});
   r.push_back({"small_train", [](const settings& s) { return train_step<small_cfg>(s, 16, 64); }});
+  r.push_back({"small_train_recompute", [](const settings& s) { return train_step<small_recompute_cfg>(s, 16, 64); }});
   r.push_back({"decode", decode});
   r.push_back({"sgemm", sgemm_ceiling});
   return r;

@@ -28,8 +28,10 @@ void executor<T>::impl::allocate() {
   planned_elems = detail::place_buffers(buffers, sizes, buffer_offset);
   off_val.assign(n, 0);
   off_grad.assign(n, 0);
+  off_val_bwd.assign(n, 0);
   for (int i = 0; i < n; ++i) {
     if (buffers.val_buf[i] >= 0) off_val[i] = buffer_offset[buffers.val_buf[i]];
+    if (buffers.val_buf_bwd[i] >= 0) off_val_bwd[i] = buffer_offset[buffers.val_buf_bwd[i]];
     if (buffers.grad_buf[i] >= 0) off_grad[i] = buffer_offset[buffers.grad_buf[i]];
   }
   if (mem && planned_elems <= mem_elems) return;

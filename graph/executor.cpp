@@ -46,13 +46,13 @@ executor<T>::impl::impl(plan_view p, param_store<T>& ps, exec_options o) : plan(
   edge_dims.resize(e);
   edge_stride.resize(e);
   edge_grad.resize(e);
-  sched = detail::build_schedules(plan, leaf, needs_grad);
   keep.assign(n, 0);
   plan_memory();
 }
 
 template <class T>
 void executor<T>::impl::plan_memory() {
+  sched = detail::build_schedules(plan, leaf, needs_grad);  // the planner adds recomputation tasks
   detail::planner_input in;
   in.plan = &plan;
   in.sched = &sched;
@@ -63,6 +63,7 @@ void executor<T>::impl::plan_memory() {
   in.grad_view = grad_view;
   in.inference = opts.inference;
   in.keep_all = opts.keep_all;
+  in.recompute = opts.recompute;
   buffers = detail::plan_buffers(in);
 }
 
@@ -79,12 +80,16 @@ void executor<T>::impl::forward() {
   detail::run_dag(*arena, sched.forward, compute);
   forwarded = true;
   backwarded = false;
+  values_spent = false;
 }
 
 template <class T>
 void executor<T>::impl::backward(std::span<const tensor<T>> cot) {
   if (opts.inference) throw error("backward: this executor was made for inference (exec_options::inference)");
   if (!forwarded) throw error("backward: call forward() first");
+  if (values_spent && !opts.keep_all)
+    throw error("backward: call forward() again first (the memory plan reuses the forward's values during "
+                "backward; exec_options::keep_all keeps them)");
   auto roots = plan.roots;
   if (cot.size() != roots.size())
     throw shape_error("backward: " + std::to_string(cot.size()) + " cotangents given for " +
@@ -102,10 +107,21 @@ void executor<T>::impl::backward(std::span<const tensor<T>> cot) {
     if (!g) continue;  // no gradient flows through this output
     for (std::int64_t e = 0; e < cot[r].size(); ++e) g[e] += cot[r][e];
   }
+  // values recomputed in backward live in their second buffer (planner.hpp)
+  if (!buffers.recompute.empty()) {
+    for (int i = 0; i < n; ++i)
+      if (buffers.val_buf_bwd[i] >= 0) val[i] = mem.get() + off_val_bwd[i];
+    refresh_edges();
+  }
   auto compute = [this](int i) {
+    if (i >= n) {  // a recomputation task: a block's forward again
+      for (int u : buffers.recompute[static_cast<std::size_t>(i - n)]) kernels[u].forward(args(u));
+      return;
+    }
     for (int x : sched.zero_before[i]) std::memset(grad[x], 0, static_cast<std::size_t>(dims[x].size()) * sizeof(T));
     kernels[i].backward(args(i));
   };
+  values_spent = true;
   detail::run_dag(*arena, sched.backward, compute);
   backwarded = true;
 }

@@ -45,6 +45,7 @@ struct executor<T>::impl {
 
   // ---- the last successful bind (bind.cpp) ----
   bool bound = false, forwarded = false, backwarded = false;
+  bool values_spent = false;  // a backward ran since the last forward: its values may be overwritten
   std::vector<std::int64_t> sym;
   std::vector<dims_t> dims;
   std::vector<std::array<std::int64_t, 2>> dattr;
@@ -64,6 +65,7 @@ struct executor<T>::impl {
 
   // ---- the arena: every value and gradient buffer of computed nodes (buffers.cpp) ----
   std::vector<std::int64_t> off_val, off_grad;  // per node, in elements
+  std::vector<std::int64_t> off_val_bwd;        // per node recomputed in backward: its second buffer
   std::vector<std::int64_t> buffer_offset;      // per planned buffer
   std::unique_ptr<T[]> mem;
   std::int64_t mem_elems = 0;                   // allocated

@@ -114,7 +114,7 @@ def case_names():
     names = []
     for b, t, d, h in MHA_SHAPES:
         names += [mha_name("fwd", b, t, d, h), mha_name("fwdbwd", b, t, d, h)]
-    return names + ["tiny_train", "small_train", "decode", "sgemm"]
+    return names + ["tiny_train", "small_train", "small_train_recompute", "decode", "sgemm"]
 
 
 def mha_flop(b, t, d):
@@ -146,8 +146,8 @@ def case_flop(name):
         return mha_flop(b, t, d) * (1 if m.group(1) == "fwd" else 3)
     if name == "tiny_train":
         return 3 * seq2seq_flop(TINY)
-    if name == "small_train":
-        return 3 * seq2seq_flop(SMALL)
+    if name in ("small_train", "small_train_recompute"):
+        return 3 * seq2seq_flop(SMALL)  # the recomputed forward is not counted
     return None
 
 
@@ -398,8 +398,8 @@ def run_torch_case(name, n, quick, threading):
         r = torch_mha(torch, p, m.group(1) == "fwd", *(int(m.group(i)) for i in range(2, 6)))
     elif name == "tiny_train":
         r = torch_train(torch, p, TINY)
-    elif name == "small_train":
-        r = torch_train(torch, p, SMALL)
+    elif name in ("small_train", "small_train_recompute"):
+        r = torch_train(torch, p, SMALL)  # loom's recomputation is compared with PyTorch's plain step
     elif name == "decode":
         r = torch_decode(torch, p)
     elif name == "sgemm":
@@ -496,6 +496,7 @@ def fmt_time(s):
 
 LABELS = {"tiny_train": "train step, tiny enc–dec (d=64, h=4, 2+2, ffn 256, V=32, B=32, S=T=16)",
           "small_train": "train step, small enc–dec (d=256, h=8, 3+3, ffn 1024, V=1000, B=16, S=T=64)",
+          "small_train_recompute": "the same, loom recomputing each layer in backward (PyTorch: its plain step)",
           "decode": "greedy decode, KV cache, per token (2 layers, d=256, h=8, ffn 1024, V=1000, prompt 16, 128 new)",
           "sgemm": "sgemm 1024³, time per product at full throughput (loom: N concurrent single-thread "
                    "calls through its BLAS; PyTorch: torch.mm on N threads)"}
@@ -584,7 +585,7 @@ def report(results, meta):
             w(f"| {label(name)} | {n} | {fmt_time(seconds(lo)) if lo else '–'} | "
               f"{fmt_time(seconds(to)) if to else '–'} | {ratio} | {'; '.join(x for x in notes if x)} |")
 
-    trains = [n for n in ("tiny_train", "small_train") if n in names]
+    trains = [n for n in ("tiny_train", "small_train", "small_train_recompute") if n in names]
     if trains:
         w("\n**Peak memory of the training step** (RSS, `getrusage` ru_maxrss, one process per "
           "configuration; increase = peak − baseline measured just before building the model; loom's executor "
@@ -730,7 +731,7 @@ def sweep(args):
     ncpu = os.cpu_count() or 1
     threads = sorted({int(t) for t in args.threads.split(",")}) if args.threads else sorted({1, 2, ncpu})
     names = [n for n in ["mha_fwd_b8_t32_d64_h4", "mha_fwdbwd_b8_t128_d128_h4", "mha_fwdbwd_b1_t1024_d512_h8",
-                         "tiny_train", "small_train", "decode", "sgemm"] if not args.cases or re.search(args.cases, n)]
+                         "tiny_train", "small_train", "small_train_recompute", "decode", "sgemm"] if not args.cases or re.search(args.cases, n)]
     settings = parse_settings(args.torch_threading) if args.torch_threading else list(THREADING)
     rows = []
     idle = Idle(0 if args.quick else args.max_wait, args.wait_budget)

@@ -25,8 +25,10 @@ struct batch {
   tensor<std::int32_t> tgt = ints({3, 4}, {1, 2, 3, 4, 1, 5, 6, 0, 1, 7, 0, 0});
   tensor<std::int32_t> target = ints({3, 4}, {2, 3, 4, 8, 5, 6, 8, 0, 7, 8, 0, 0});
   tensor<std::int32_t> seed = ints({2}, {5, 1});
-  std::vector<feed> feeds() const {
-    return {{"src", src}, {"src_len", src_len}, {"tgt", tgt}, {"target", target}, {"seed", seed}};
+  std::vector<feed> feeds(bool with_seed = true) const {
+    std::vector<feed> f{{"src", src}, {"src_len", src_len}, {"tgt", tgt}, {"target", target}};
+    if (with_seed) f.emplace_back("seed", seed);
+    return f;
   }
 };
 
@@ -36,7 +38,7 @@ std::vector<float> step(const G& g, exec_options options, std::size_t* arena = n
   auto p = g.template make_params<float>(3);
   auto run = g.template executor<float>(p, options);
   const batch b;
-  const auto feeds = b.feeds();
+  const auto feeds = b.feeds(g.plan().input_index("seed") >= 0);
   run.forward(feeds);
   run.backward();
   run.forward(feeds);  // twice: the second step runs on reused buffers
@@ -142,4 +144,61 @@ TEST_CASE("keep_all (debugging) gives every buffer its own bytes") {
   const auto r = g.memory_plan<float>({{"B", 3}, {"S", 5}, {"T", 4}}, {.keep_all = true});
   CHECK(r.peak_bytes == r.unshared_bytes);
   CHECK(r.in_place == 0);
+}
+
+namespace {
+constexpr nn::transformer_config recomputed = [] {
+  auto c = small;
+  c.recompute = true;
+  return c;
+}();
+}  // namespace
+
+TEST_CASE("recomputing each layer in backward changes no bit of the loss or of any gradient") {
+  // (dropout's streams are keyed by each node's structure, which the checkpoint nodes change:
+  // the reference is the same marked graph with recomputation off)
+  auto marked = make_graph(nn::seq2seq<recomputed, nn::train_mode>::loss<0, 0.1>());
+  const auto reference = step(marked, {.threads = 1, .recompute = false});
+  CHECK(same_bits(reference, step(marked, {.threads = 1})));
+  CHECK(same_bits(reference, step(marked, {.threads = 2})));
+  CHECK(same_bits(reference, step(marked, {.threads = 4})));
+}
+
+constexpr nn::transformer_config no_dropout{.d_model = 16, .heads = 2, .ffn = 24, .encoder_layers = 2,
+                                            .decoder_layers = 2, .src_vocab = 11, .tgt_vocab = 9};
+constexpr nn::transformer_config no_dropout_marked{.d_model = 16, .heads = 2, .ffn = 24, .encoder_layers = 2,
+                                                   .decoder_layers = 2, .src_vocab = 11, .tgt_vocab = 9,
+                                                   .recompute = true};
+
+TEST_CASE("without dropout, marking layers for recomputation changes no bit either") {
+  auto plain = make_graph(nn::seq2seq<no_dropout, nn::train_mode>::loss<0, 0.1>());
+  auto marked = make_graph(nn::seq2seq<no_dropout_marked, nn::train_mode>::loss<0, 0.1>());
+  CHECK(same_bits(step(plain, {.threads = 2}), step(marked, {.threads = 2})));
+}
+
+TEST_CASE("recomputation passes gradcheck and needs less memory than keeping every layer") {
+  auto marked = make_graph(nn::seq2seq<recomputed, nn::train_mode>::loss<0, 0.1>());
+  auto p = marked.make_params<double>(2);
+  const batch b;
+  const auto feeds = b.feeds();
+  auto r = gradcheck(marked.plan(), p, std::span<const feed>(feeds));
+  INFO(r.str());
+  CHECK(r.ok);
+  const auto kept = marked.memory_plan<float>({{"B", 16}, {"S", 64}, {"T", 64}}, {.recompute = false});
+  const auto again = marked.memory_plan<float>({{"B", 16}, {"S", 64}, {"T", 64}});
+  INFO(kept.str(5) << again.str(5));
+  CHECK(again.peak_bytes < kept.peak_bytes * 3 / 4);
+  require_no_overlapping_tenants(again);
+}
+
+TEST_CASE("a second backward without a new forward is refused (its values were reused)") {
+  auto g = make_graph(nn::seq2seq<small, nn::train_mode>::loss<0, 0.1>());
+  auto p = g.make_params<float>(3);
+  auto run = g.executor<float>(p);
+  const batch b;
+  run.forward(b.feeds());
+  run.backward();
+  CHECK_THAT(test::message_of([&] { run.backward(); }), Catch::Contains("call forward() again"));
+  run.forward(b.feeds());
+  CHECK_NOTHROW(run.backward());
 }

@@ -214,6 +214,12 @@ const std::map<std::string_view, std::function<case_result()>>& cases() {
          auto x = input<"x", shape<fix<2>, fix<3>>>();
          return run_case(make_graph(gelu(x)), gelu_entry, {{"x", rnd({2, 3}, 20)}});
        }},
+      {"checkpoint",
+       [] {
+         auto x = input<"x", shape<fix<2>, fix<3>>>();
+         auto y = scale<2.0>(x);
+         return run_case(make_graph(checkpoint(mul(y, y), x)), checkpoint_entry, {{"x", rnd({2, 3}, 24)}});
+       }},
       {"silu",
        [] {
          auto x = input<"x", shape<fix<2>, fix<3>>>();

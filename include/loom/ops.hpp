@@ -3,6 +3,7 @@
 
 #include "loom/ops/activation.hpp"
 #include "loom/ops/add.hpp"
+#include "loom/ops/checkpoint.hpp"
 #include "loom/ops/concat.hpp"
 #include "loom/ops/cross_entropy.hpp"
 #include "loom/ops/dropout.hpp"

@@ -74,6 +74,10 @@ struct op_entry {
   /// read by no backward need not outlive its last forward reader.
   input_set backward_reads = 0;
   bool backward_reads_output = false;
+  /// The node is the output of a block (input 0) whose inputs are inputs 1..: with
+  /// exec_options::recompute, the block's interior values that backward needs are recomputed
+  /// just before the block's backward instead of kept (see checkpoint.hpp).
+  bool bounds_recompute = false;
 
   template <class T>
   constexpr const op_kernels<T>& kernels() const {

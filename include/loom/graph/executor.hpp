@@ -25,6 +25,7 @@ struct exec_options {
   bool training = true;      // dropout is active only in training
   bool inference = false;    // forward only: no gradient buffers, no dropout; backward() throws
   bool keep_all = false;     // debugging: every value and gradient stays readable (no memory sharing)
+  bool recompute = true;     // recompute blocks closed by checkpoint() in backward instead of keeping them
 };
 
 /// Runs one graph in scalar type T (float or double). Buffers are planned from the graph

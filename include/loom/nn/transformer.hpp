@@ -42,6 +42,7 @@ struct transformer_config {
   bool norm_first = false;  // pre-norm (true) or post-norm (false, nn.Transformer's default)
   activation act = activation::relu;
   double eps = 1e-5;        // LayerNorm eps (nn.Transformer: 1e-5)
+  bool recompute = false;   // train/eval: each layer's interior is recomputed in backward, not kept (checkpoint)
 };
 
 struct train_mode {};
@@ -129,21 +130,36 @@ constexpr auto layer_name() {
   else return Stack + ".layers." + to_fixed_string<static_cast<int>(I)>();
 }
 
+/// A layer's output; with C.recompute (outside decoding) marked as a checkpoint whose block
+/// starts at the layer's inputs, so that backward recomputes the layer's interior.
+template <transformer_config C, class Mode, class Out, class... In>
+constexpr auto layer_output(Out out, In... inputs) {
+  if constexpr (C.recompute && !std::is_same_v<Mode, decode_mode>) return checkpoint(out, inputs...);
+  else return out;
+}
+
 template <fixed_string Stack, transformer_config C, class Mode, long I, long N, class... M, class X, class Seed>
 constexpr auto encoder_stack(X x, Seed seed) {
   if constexpr (I == N) return x;
   else
     return encoder_stack<Stack, C, Mode, I + 1, N, M...>(
-        block<encoder_layer_fn<layer_name<Stack, I>(), C, Mode, M...>, X, Seed>{}, seed);
+        layer_output<C, Mode>(block<encoder_layer_fn<layer_name<Stack, I>(), C, Mode, M...>, X, Seed>{}, x), seed);
 }
 
 template <transformer_config C, class Mode, long I, class SelfMasks, class CrossMasks, class X, class Mem, class Seed>
 constexpr auto decoder_stack(X x, Mem mem, Seed seed) {
   if constexpr (I == C.decoder_layers) return x;
+  else if constexpr (std::is_same_v<Mem, none>)
+    return decoder_stack<C, Mode, I + 1, SelfMasks, CrossMasks>(
+        layer_output<C, Mode>(
+            block<decoder_layer_fn<layer_name<"decoder", I>(), C, Mode, SelfMasks, CrossMasks>, X, Mem, Seed>{}, x),
+        mem, seed);
   else
     return decoder_stack<C, Mode, I + 1, SelfMasks, CrossMasks>(
-        block<decoder_layer_fn<layer_name<"decoder", I>(), C, Mode, SelfMasks, CrossMasks>, X, Mem, Seed>{}, mem,
-        seed);
+        layer_output<C, Mode>(
+            block<decoder_layer_fn<layer_name<"decoder", I>(), C, Mode, SelfMasks, CrossMasks>, X, Mem, Seed>{}, x,
+            mem),
+        mem, seed);
 }
 
 /// Token embedding scaled by √d_model plus sinusoidal positions (from `positions` when

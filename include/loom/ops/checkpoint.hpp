@@ -1,0 +1,58 @@
+// checkpoint: marks a block's output as the point from which its interior is recomputed in
+// backward instead of kept (gradient checkpointing, Chen et al. 2016).
+//
+//   checkpoint(y, x...) = y      y: the block's output; x...: the block's inputs
+//   backward: dy flows to y unchanged; x... get nothing from it
+//
+// The value is y's buffer (a view). With exec_options::recompute (the default), the values
+// that backward needs inside the block — the nodes y depends on that do not come before the
+// inputs x... — are dropped after forward and computed again, once per block, just before the
+// block's backward begins: less memory for one more forward of the block.
+#pragma once
+
+#include <tuple>
+
+#include "loom/core/node.hpp"
+
+namespace loom {
+
+namespace ops {
+template <class T>
+struct checkpoint_kernel {  // ops/checkpoint.cpp
+  static void forward(const op_args<T>& a);
+  static void backward(const op_args<T>& a);
+};
+}  // namespace ops
+
+inline constexpr op_entry checkpoint_entry{
+    .name = "checkpoint",
+    .id = 23,
+    .f32 = kernels_of<ops::checkpoint_kernel, float>(),
+    .f64 = kernels_of<ops::checkpoint_kernel, double>(),
+    .is_view = true,
+    .writes_fresh = true,
+    .bounds_recompute = true,
+};
+LOOM_REGISTER_OP(checkpoint_entry);
+
+/// True when a checkpoint's operands are all graph nodes.
+template <class... X>
+inline constexpr bool checkpoint_operands = (is_node<X> && ...);
+
+struct checkpoint_op {
+  static constexpr const op_entry& entry = checkpoint_entry;
+  template <class Y, class... X>
+  struct rule {
+    using type = Y;
+  };
+};
+
+/// y, marked as the output of a block whose inputs are x...: with exec_options::recompute the
+/// block's interior values are recomputed in backward instead of kept (see above).
+template <class Y, class... X>
+constexpr node<checkpoint_op, Y, X...> checkpoint(Y, X...) {
+  static_assert(checkpoint_operands<Y, X...>, "checkpoint(y, x...): y and the inputs x... must be graph nodes");
+  return {};
+}
+
+}  // namespace loom

@@ -1,0 +1,36 @@
+// checkpoint kernels. See include/loom/ops/checkpoint.hpp.
+//   forward:  y is input 0's buffer (a view): nothing to do
+//   backward: d input0 (+)= dy (nothing when the executor shares the two gradients); the
+//             block's inputs get no contribution (zeros when this is their first)
+#include <algorithm>
+
+#include "kernel.hpp"
+#include "loom/ops/checkpoint.hpp"
+#include "parallel.hpp"
+
+namespace loom::ops {
+
+template <class T>
+void checkpoint_kernel<T>::forward(const op_args<T>& a) {
+  const T* y = a.input(0);
+  if (a.out == y) return;  // a view of its input, as the executor places it
+  std::copy(y, y + a.out_dims.size(), a.out);
+}
+
+template <class T>
+void checkpoint_kernel<T>::backward(const op_args<T>& a) {
+  const T* dy = a.dout;
+  if (T* dx = a.grad(0); dx && dx != dy)
+    with_fresh(a.fresh(0), [&](auto fresh) {
+      for_chunks(a.out_dims.size(), 1 << 15, [&](std::int64_t b, std::int64_t e) {
+        for (std::int64_t i = b; i < e; ++i) put<fresh()>(dx[i], dy[i]);
+      });
+    });
+  for (std::size_t k = 1; k < a.din.size(); ++k)
+    if (a.din[k] && a.fresh(static_cast<int>(k))) std::fill(a.din[k], a.din[k] + a.in_dims[k].size(), T(0));
+}
+
+template struct checkpoint_kernel<float>;
+template struct checkpoint_kernel<double>;
+
+}  // namespace loom::ops
