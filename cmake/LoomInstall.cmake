@@ -15,4 +15,5 @@ write_basic_package_version_file(${CMAKE_CURRENT_BINARY_DIR}/loomConfigVersion.c
 install(FILES
   ${CMAKE_CURRENT_BINARY_DIR}/loomConfig.cmake
   ${CMAKE_CURRENT_BINARY_DIR}/loomConfigVersion.cmake
+  cmake/LoomOpenBLAS.cmake  # loomConfig.cmake finds OpenBLAS with it
   DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/loom)

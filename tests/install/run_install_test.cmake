@@ -1,5 +1,6 @@
 # cmake -DSRC=<consumer source> -DBIN=<scratch dir> -DLOOM_BUILD=<loom build tree>
-#       [-DGENERATOR=<generator>] [-DCXX=<compiler>] -P run_install_test.cmake
+#       [-DGENERATOR=<generator>] [-DCXX=<compiler>] [-DCONSUMER_LINK_FLAGS=<flags>]
+#       -P run_install_test.cmake
 # Installs loom from LOOM_BUILD into BIN/prefix, builds the consumer in SRC against it with
 # find_package(loom), and runs it. Fails on the first step that fails.
 cmake_minimum_required(VERSION 3.20)
@@ -29,6 +30,9 @@ if(GENERATOR)
 endif()
 if(CXX)
   list(APPEND configure_args -DCMAKE_CXX_COMPILER=${CXX})
+endif()
+if(CONSUMER_LINK_FLAGS)
+  list(APPEND configure_args -DCMAKE_EXE_LINKER_FLAGS=${CONSUMER_LINK_FLAGS})
 endif()
 step("configuring the consumer" ${CMAKE_COMMAND} ${configure_args})
 
