@@ -263,6 +263,25 @@ buffer_plan plan_buffers(const planner_input& in) {
       for (int j : plan.inputs(c)) touch(bp.grad_buf[j], bstep(c), -1, c);  // contributions
       touch(bp.grad_buf[c], bstep(c), -1, c);                                 // its own dout
     }
+    // backward in place: the first contribution to input 0's gradient written over the
+    // node's own gradient, which nothing reads afterwards (the buffers meet at that task)
+    if (!in.keep_all)
+      for (int c = n - 1; c >= 0; --c) {
+        if (!runs_backward(c) || !plan.order[c]->op->backward_in_place) continue;
+        auto ins = plan.inputs(c);
+        const int x = ins[0], gx = bp.grad_buf[x], gc = bp.grad_buf[c];
+        if (gx < 0 || gc < 0 || gx == gc || in.leaf[x] || pinned_node[x] || pinned_node[c] || in.grad_view[x] ||
+            !in.sched->edge_fresh[static_cast<std::size_t>(plan.in_off[c])] || !same_dims(plan, c, x))
+          continue;
+        bool once = true;
+        for (std::size_t k = 1; k < ins.size(); ++k) once = once && ins[k] != x;
+        if (!once) continue;
+        for (access& e : events)
+          if (e.buf == gx) e.buf = gc;
+        for (int y = 0; y < n; ++y)
+          if (bp.grad_buf[y] == gx) bp.grad_buf[y] = gc;
+        bp.buffers[gx].node = -1;  // dead
+      }
     for (int x = 0; x < n; ++x) {
       if (bp.grad_buf[x] < 0) continue;
       const bool input = plan.order[x]->op->role == node_role::input;

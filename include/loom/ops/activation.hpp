@@ -24,6 +24,7 @@ inline constexpr op_entry relu_entry{
     .f64 = kernels_of<ops::relu_kernel, double>(),
     .writes_fresh = true,
     .can_run_in_place = true,
+    .backward_in_place = true,
     .backward_reads_output = true,
 };
 LOOM_REGISTER_OP(relu_entry);

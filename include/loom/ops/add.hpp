@@ -29,6 +29,7 @@ inline constexpr op_entry add_entry{
     .f64 = kernels_of<ops::add_kernel, double>(),
     .writes_fresh = true,
     .can_run_in_place = true,
+    .backward_in_place = true,
 };
 LOOM_REGISTER_OP(add_entry);
 

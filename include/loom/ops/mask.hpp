@@ -37,6 +37,7 @@ inline constexpr op_entry mask_causal_entry{
     .f64 = kernels_of<ops::mask_causal_kernel, double>(),
     .writes_fresh = true,
     .can_run_in_place = true,
+    .backward_in_place = true,
 };
 LOOM_REGISTER_OP(mask_causal_entry);
 
@@ -74,6 +75,7 @@ inline constexpr op_entry mask_padding_entry{
     .f64 = kernels_of<ops::mask_padding_kernel, double>(),
     .writes_fresh = true,
     .can_run_in_place = true,
+    .backward_in_place = true,
     .backward_reads = reads({1}),
 };
 LOOM_REGISTER_OP(mask_padding_entry);
@@ -127,6 +129,7 @@ inline constexpr op_entry mask_bool_entry{
     .f64 = kernels_of<ops::mask_bool_kernel, double>(),
     .writes_fresh = true,
     .can_run_in_place = true,
+    .backward_in_place = true,
     .backward_reads = reads({1}),
 };
 LOOM_REGISTER_OP(mask_bool_entry);

@@ -46,6 +46,7 @@ inline constexpr op_entry positional_encoding_entry{
     .f64 = kernels_of<ops::positional_encoding_kernel, double>(),
     .writes_fresh = true,
     .can_run_in_place = true,
+    .backward_in_place = true,
 };
 LOOM_REGISTER_OP(positional_encoding_entry);
 

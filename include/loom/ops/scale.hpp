@@ -28,6 +28,7 @@ inline constexpr op_entry scale_entry{
     .f64 = kernels_of<ops::scale_kernel, double>(),
     .writes_fresh = true,
     .can_run_in_place = true,
+    .backward_in_place = true,
 };
 LOOM_REGISTER_OP(scale_entry);
 

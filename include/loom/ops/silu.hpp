@@ -23,6 +23,7 @@ inline constexpr op_entry silu_entry{
     .f64 = kernels_of<ops::silu_kernel, double>(),
     .writes_fresh = true,
     .can_run_in_place = true,
+    .backward_in_place = true,
     .backward_reads = reads({0}),
 };
 LOOM_REGISTER_OP(silu_entry);

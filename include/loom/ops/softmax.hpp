@@ -23,6 +23,7 @@ inline constexpr op_entry softmax_entry{
     .f64 = kernels_of<ops::softmax_kernel, double>(),
     .writes_fresh = true,
     .can_run_in_place = true,
+    .backward_in_place = true,
     .backward_reads_output = true,
 };
 LOOM_REGISTER_OP(softmax_entry);
