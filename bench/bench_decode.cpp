@@ -102,7 +102,7 @@ int main(int argc, char** argv) {
   std::printf("%10s %14s %16s %8s %12s\n", "new tokens", "cached ms/tok", "recompute ms/tok", "ratio", "cache memory");
   std::vector<double> cached_512, recompute_512;
   for (int n : {128, 512}) {
-    nn::kv_cache<float> cache(step_model::cached_layers(), 1, cfg.heads, cfg.d_model / cfg.heads, 16 + n);
+    nn::kv_cache<float> cache(step, 1, 16 + n);
     std::vector<int> cached_tokens, recomputed_tokens;
     cached_steps(run_step, cache, prompt, 8, nullptr);  // warm-up
     std::vector<double> runs;

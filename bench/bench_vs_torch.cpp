@@ -300,8 +300,7 @@ json_line decode(const settings& s) {
   lcg gen{99};
   std::vector<int> prompt;
   for (int i = 0; i < prompt_len; ++i) prompt.push_back(gen.next_id(lm_cfg.tgt_vocab));
-  nn::kv_cache<float> cache(step_model::cached_layers(), 1, lm_cfg.heads, lm_cfg.d_model / lm_cfg.heads,
-                            prompt_len + new_tokens);
+  nn::kv_cache<float> cache(step, 1, prompt_len + new_tokens);
   const nn::generate_options o{.max_new_tokens = new_tokens};
 
   const auto w0 = clock_type::now();  // warm-up, as time_calls()

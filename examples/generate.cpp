@@ -92,8 +92,8 @@ int main(int argc, char** argv) {
     std::vector<translation_pair> one{{number, ""}};
     std::vector<std::size_t> idx{0};
     auto b = make_batch(one, idx, t.source, t.target);
-    const auto extra = encode<cfg>(memory, b);  // the encoder, once per source
-    nn::kv_cache<float> cache(decode_model::cached_layers(), 1, cfg.heads, cfg.d_model / cfg.heads, 32);
+    const auto extra = encode(memory, b);  // the encoder, once per source
+    nn::kv_cache<float> cache(step, 1, 32);
     std::printf("  %-10s ->", number.c_str());
     std::fflush(stdout);
     auto options = decode_options(24);

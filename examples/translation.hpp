@@ -76,12 +76,10 @@ inline std::int64_t label_tokens(const seq2seq_batch& b) {
 /// Runs the encoder over a batch (`memory`: an executor of the model's cross_memory() graph) and
 /// returns what every decoding step of that batch is fed besides tokens, positions and cache:
 /// the source lengths and each decoder layer's projected memory (borrowed from `memory`).
-template <nn::transformer_config C>
-std::vector<feed> encode(executor<float>& memory, const seq2seq_batch& batch) {
+inline std::vector<feed> encode(executor<float>& memory, const seq2seq_batch& batch) {
   memory.forward({{"src", batch.src}, {"src_len", batch.src_len}});
-  std::vector<feed> extra{{"src_len", batch.src_len}};
-  const auto names = nn::seq2seq<C, nn::decode_mode>::memory_inputs();
-  for (std::size_t k = 0; k < names.size(); ++k) extra.emplace_back(names[k], memory.output(static_cast<int>(k)));
+  std::vector<feed> extra = memory.named_feeds();  // decoder.layers.{i}.multihead_attn.memory_k, ...
+  extra.emplace_back("src_len", batch.src_len);
   return extra;
 }
 
@@ -103,9 +101,9 @@ std::vector<std::string> translate(const task& t, const std::vector<translation_
     std::vector<std::size_t> idx;
     for (std::size_t i = b0; i < std::min(pairs.size(), b0 + batch); ++i) idx.push_back(i);
     auto bt = make_batch(pairs, idx, t.source, t.target);
-    const auto extra = encode<C>(memory, bt);
+    const auto extra = encode(memory, bt);
     const auto n = static_cast<std::int64_t>(idx.size());
-    nn::kv_cache<float> cache(nn::seq2seq<C, nn::decode_mode>::cached_layers(), n, C.heads, C.d_model / C.heads, 24);
+    nn::kv_cache<float> cache(step, n, 24);
     std::vector<std::vector<int>> prompts(idx.size(), std::vector<int>{bos});
     auto r = nn::generate(step, cache, prompts, decode_options(20), extra);
     for (auto& tokens : r.tokens) out.push_back(t.target.decode(tokens));

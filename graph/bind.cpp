@@ -168,6 +168,23 @@ void strided_feeds(const plan_view& plan, const std::vector<const feed*>& fed, c
   }
 }
 
+// 6. Appends in place: a node that may grow its input 0's storage (executor's may_append) does
+// so when that input is fed with room (feed::with_room); the rows it needs must fit the room.
+std::vector<std::uint8_t> appends_in_place(const plan_view& plan, std::span<const int> may_append,
+                                           const std::vector<const feed*>& fed, const std::vector<dims_t>& nd) {
+  std::vector<std::uint8_t> appended(static_cast<std::size_t>(plan.size()), 0);
+  for (int c = 0; c < plan.size(); ++c) {
+    const int x = may_append[c];
+    if (x < 0 || !fed[x] || fed[x]->room_rows() == 0) continue;
+    if (nd[c][-2] > fed[x]->room_rows())
+      throw capacity_error("forward: input " + quoted(plan.order[x]->name) + " has room for " +
+                           std::to_string(fed[x]->room_rows()) + " rows per matrix, but " + plan.describe(c) +
+                           " appends to " + std::to_string(nd[c][-2]) + " (shape " + nd[c].str() + ")");
+    appended[c] = 1;
+  }
+  return appended;
+}
+
 }  // namespace
 
 template <class T>
@@ -186,12 +203,19 @@ void executor<T>::impl::bind(std::span<const feed> given) {
   std::vector<std::int64_t> stride;
   std::vector<std::uint8_t> copy;
   strided_feeds(plan, fed, nd, stride, copy);                                              // 5
-  // 6. commit: nothing above changed any state
+  std::vector<std::uint8_t> grows = appends_in_place(plan, may_append, fed, nd);           // 6
+  // 7. commit: nothing above changed any state
   std::vector<int> feed_at(n, -1);
   for (int i = 0; i < n; ++i)
     if (fed[i]) feed_at[i] = static_cast<int>(fed[i] - given.data());
-  fed_stride = std::move(stride);
+  for (int i = 0; i < n; ++i) {  // matrix strides: feeds read in place, appends, views of either
+    if (copy[i]) stride[i] = 0;
+    if (grows[i]) stride[i] = stride[plan.inputs(i)[0]];
+    if (view_of[i] >= 0) stride[i] = stride[view_of[i]];
+  }
+  val_stride = std::move(stride);
   materialize = std::move(copy);
+  appended = std::move(grows);
   sym = std::move(s);
   dims = std::move(nd);
   dattr = std::move(na);
@@ -212,7 +236,8 @@ bool executor<T>::impl::same_binding(std::span<const feed> given) const {
   for (std::size_t k = 0; k < given.size(); ++k) {
     const feed& a = given[k];
     const feed& b = feeds[k];
-    if (a.name() != b.name() || a.type() != b.type() || !(a.dims() == b.dims()) || a.mat_stride() != b.mat_stride())
+    if (a.name() != b.name() || a.type() != b.type() || !(a.dims() == b.dims()) || a.mat_stride() != b.mat_stride() ||
+        a.room_rows() != b.room_rows())
       return false;
   }
   for (int i = 0; i < n; ++i) {

@@ -22,7 +22,7 @@ void executor<T>::impl::allocate() {
     const int node = buffers.buffers[b].node;
     if (node < 0) continue;  // merged into another buffer (in place)
     const bool input = plan.order[node]->op->role == node_role::input;
-    if (!buffers.buffers[b].grad && input && !materialize[node]) continue;  // read from its feed
+    if (!buffers.buffers[b].grad && ((input && !materialize[node]) || appended[node])) continue;  // in its feed
     sizes[b] = aligned(dims[node].size());
   }
   planned_elems = detail::place_buffers(buffers, sizes, buffer_offset);
@@ -53,6 +53,9 @@ void executor<T>::impl::place_buffers() {
       // a strided feed some consumer cannot read is copied to the arena by forward()
       val[i] = materialize[i] ? mem.get() + off_val[i] : feeds[static_cast<std::size_t>(node_feed[i])].data();
       grad[i] = needs_grad[i] ? mem.get() + off_grad[i] : nullptr;
+    } else if (appended[i]) {  // input 0's storage, grown in place
+      val[i] = val[plan.inputs(i)[0]];
+      grad[i] = needs_grad[i] ? mem.get() + off_grad[i] : nullptr;
     } else if (view_of[i] >= 0) {
       val[i] = val[view_of[i]];
       grad[i] = !needs_grad[i] ? nullptr : grad_view[i] ? grad[view_of[i]] : mem.get() + off_grad[i];
@@ -76,7 +79,7 @@ void executor<T>::impl::refresh_edges() {
       edge_val[e] = val[j];
       edge_dims[e] = d;
       edge_grad[e] = needs_grad[j] ? grad[j] : nullptr;
-      edge_stride[e] = fed_stride[j] && !materialize[j] ? fed_stride[j] : (d.rank >= 2 ? d[-2] * d[-1] : d.size());
+      edge_stride[e] = val_stride[j] ? val_stride[j] : (d.rank >= 2 ? d[-2] * d[-1] : d.size());
     }
   }
 }
@@ -92,7 +95,7 @@ void executor<T>::impl::copy_strided_feeds() {
     const T* src = static_cast<const T*>(f->data());
     T* dst = const_cast<T*>(static_cast<const T*>(val[i]));
     for (std::int64_t m = 0; m < count; ++m)
-      std::memcpy(dst + m * mat, src + m * fed_stride[i], static_cast<std::size_t>(mat) * sizeof(T));
+      std::memcpy(dst + m * mat, src + m * f->mat_stride(), static_cast<std::size_t>(mat) * sizeof(T));
   }
 }
 
@@ -105,8 +108,9 @@ ops::op_args<T> executor<T>::impl::args(int i) const {
   a.in = std::span(edge_val).subspan(first, count);
   a.in_dims = std::span(edge_dims).subspan(first, count);
   a.in_mat_stride = std::span(edge_stride).subspan(first, count);
-  a.out = const_cast<T*>(static_cast<const T*>(val[i]));
+  a.out = const_cast<T*>(static_cast<const T*>(val[i]));  // a feed's storage when appended in place
   a.out_dims = dims[i];
+  a.out_mat_stride = val_stride[i];
   a.dattr = dattr[i];
   a.din = std::span(edge_grad).subspan(first, count);
   a.din_fresh = std::span(sched.edge_fresh).subspan(first, count);
@@ -115,7 +119,56 @@ ops::op_args<T> executor<T>::impl::args(int i) const {
   return a;
 }
 
+// Nodes that may grow their input 0's storage in place (op_entry::appends_to_input): when that
+// input is fed with room (feed::with_room), the node's value is the feed's storage and its
+// kernel writes only the appended rows. Possible when the input is a fed one (not a computed
+// value, which others may read), no other node overwrites the node's buffer in place, the node
+// is not recomputed in backward, and every reader of its value — directly or through views of
+// the same dims — reads strided values (op_entry::reads_strided).
+template <class T>
+void executor<T>::impl::plan_appends() {
+  auto same_dims = [&](int a, int b) {
+    if (plan.order[a]->rank != plan.order[b]->rank) return false;
+    for (int k = 0; k < plan.order[a]->rank; ++k) {
+      const plan_dim &x = plan.dims[a][k], &y = plan.dims[b][k];
+      if (x.constant != y.constant || x.n_syms != y.n_syms || !std::equal(x.sym.begin(), x.sym.begin() + x.n_syms, y.sym.begin()))
+        return false;
+    }
+    return true;
+  };
+  may_append.assign(n, -1);
+  for (int c = 0; c < n; ++c) {
+    const node_desc& d = *plan.order[c];
+    if (leaf[c] || !d.op->appends_to_input || !d.op->appends_to_input(d) || buffers.val_buf_bwd[c] >= 0) continue;
+    auto ins = plan.inputs(c);
+    const int x = ins[0];
+    bool ok = plan.order[x]->op->role == node_role::input && std::count(ins.begin(), ins.end(), x) == 1;
+    for (int y = 0; y < n && ok; ++y) {  // c's buffer holds c and views of it only
+      if (y == c || buffers.val_buf[y] != buffers.val_buf[c]) continue;
+      int r = y;
+      while (r != c && view_of[r] >= 0) r = view_of[r];
+      ok = r == c;
+    }
+    std::vector<int> todo{c};
+    while (!todo.empty() && ok) {
+      const int u = todo.back();
+      todo.pop_back();
+      for (int k : plan.consumers(u)) {
+        const node_desc& kd = *plan.order[k];
+        auto kins = plan.inputs(k);
+        for (std::size_t pos = 0; pos < kins.size(); ++pos) {
+          if (kins[pos] != u) continue;
+          if (pos == 0 && view_of[k] == u && same_dims(k, u)) todo.push_back(k);
+          else if (!kd.op->reads_strided || !kd.op->reads_strided(kd, static_cast<int>(pos))) ok = false;
+        }
+      }
+    }
+    if (ok) may_append[c] = x;
+  }
+}
+
 #define LOOM_BUFFERS(T)                                   \
+  template void executor<T>::impl::plan_appends();        \
   template void executor<T>::impl::allocate();            \
   template void executor<T>::impl::place_buffers();       \
   template void executor<T>::impl::refresh_edges();       \

@@ -15,6 +15,7 @@ std::string to_dot(const plan_view& plan) {
     o << "  n" << i << " [label=\"";
     if (d->op->role == node_role::input) o << "input " << d->name << "\\n" << dims << "\", shape=box, style=filled, fillcolor=\"#dbe9f6\"";
     else if (d->op->role == node_role::param) o << d->name << "\\n" << dims << "\", shape=box, style=\"rounded,filled\", fillcolor=\"#fde9c9\"";
+    else if (d->op->is_named_output) o << d->op->name << "\\n\\\"" << d->name << "\\\"\\n" << dims << "\", shape=ellipse, style=filled, fillcolor=\"#e3f1dc\"";
     else o << d->op->name << "\\n" << dims << "\", shape=ellipse";
     o << "];\n";
   }

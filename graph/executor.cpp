@@ -65,6 +65,7 @@ void executor<T>::impl::plan_memory() {
   in.keep_all = opts.keep_all;
   in.recompute = opts.recompute;
   buffers = detail::plan_buffers(in);
+  plan_appends();
 }
 
 template <class T>
@@ -172,6 +173,10 @@ tensor_view<const T> executor<T>::value_at(int i) const {
     throw error("executor: the value of " + p_->plan.describe(i) +
                 " was not kept: its memory is reused once nothing needs it. Call keep(node) before forward(), "
                 "make it an output of the graph, or set exec_options::keep_all (debugging)");
+  if (p_->val_stride[i])
+    throw error("executor: the value of " + p_->plan.describe(i) +
+                " lies inside the storage of the feed it grew in place (its matrices are not contiguous); read it "
+                "with output_storage()");
   return {static_cast<const T*>(p_->val[i]), p_->dims[i]};
 }
 
@@ -208,6 +213,44 @@ tensor_view<const T> executor<T>::output(int k) const {
     throw error("executor: output " + std::to_string(k) + " does not exist (the graph has " +
                 std::to_string(p_->plan.roots.size()) + ")");
   return value_at(p_->plan.roots[k]);
+}
+
+template <class T>
+int executor<T>::named_index(std::string_view name) const {
+  const int i = p_->plan.named_index(name);
+  if (i >= 0) return i;
+  std::string names;
+  for (int k : p_->plan.named) names += (names.empty() ? "" : ", ") + quoted(p_->plan.order[k]->name);
+  throw missing_error("executor: the graph has no output named " + quoted(name) +
+                      (names.empty() ? std::string(" (it names none)") : " (its named outputs: " + names + ")"));
+}
+
+template <class T>
+tensor_view<const T> executor<T>::output(std::string_view name) const {
+  return value_at(named_index(name));
+}
+
+template <class T>
+strided_view<const T> executor<T>::output_storage(std::string_view name) const {
+  const int i = named_index(name);
+  if (!p_->forwarded) throw error("executor: no value before forward()");
+  if (p_->plan.order[i]->elem != dtype::real) throw error("executor: " + p_->plan.describe(i) + " is not real-valued");
+  const dims_t& d = p_->dims[i];
+  const std::int64_t stride = p_->val_stride[i] ? p_->val_stride[i] : (d.rank >= 2 ? d[-2] * d[-1] : d.size());
+  return {static_cast<const T*>(p_->val[i]), d, stride};
+}
+
+template <class T>
+std::vector<feed> executor<T>::named_feeds() const {
+  std::vector<feed> r;
+  for (int i : p_->plan.named) {
+    const std::string name(p_->plan.order[i]->name);
+    auto v = output_storage(name);
+    const std::int64_t contiguous = v.dims.rank >= 2 ? v.dims[-2] * v.dims[-1] : v.dims.size();
+    if (v.mat_stride == contiguous) r.emplace_back(name, tensor_view<const T>{v.data, v.dims});
+    else r.push_back(feed::strided(name, v.data, v.dims, v.mat_stride));
+  }
+  return r;
 }
 
 template <class T>

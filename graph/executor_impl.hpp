@@ -42,6 +42,7 @@ struct executor<T>::impl {
   std::vector<std::uint8_t> grad_view;    // 1 when a view also shares its input's gradient
   std::vector<std::uint8_t> keep;         // nodes whose value and gradient stay readable (keep())
   detail::buffer_plan buffers;            // which buffers share bytes (planner.hpp)
+  std::vector<int> may_append;            // per node: the input whose storage it may grow in place, or −1
 
   // ---- the last successful bind (bind.cpp) ----
   bool bound = false, forwarded = false, backwarded = false;
@@ -53,8 +54,9 @@ struct executor<T>::impl {
   std::vector<T*> grad;
   std::vector<feed> feeds;
   std::vector<int> node_feed;             // per input node: index of its feed in `feeds`
-  std::vector<std::int64_t> fed_stride;   // per input node: matrix stride of its feed (0: contiguous)
+  std::vector<std::int64_t> val_stride;   // per node: elements between its value's matrices (0: contiguous)
   std::vector<std::uint8_t> materialize;  // per input node: copy the strided feed into the arena
+  std::vector<std::uint8_t> appended;     // per node: its value grows its input 0's feed in place
 
   // the kernels' view of every input edge (node i's are [in_off[i], in_off[i+1]) of the plan),
   // allocated once and refreshed from val, grad and dims after each bind (buffers.cpp)
@@ -74,6 +76,7 @@ struct executor<T>::impl {
   impl(plan_view p, param_store<T>& ps, exec_options o);
   void make_arena();
   void plan_memory();  // buffers from keep and the options (again after keep())
+  void plan_appends();  // may_append, from the plan and the buffers
 
   void bind(std::span<const feed> given);
   bool same_binding(std::span<const feed> given) const;

@@ -48,7 +48,9 @@ memory_report executor<T>::memory_plan(std::span<const std::pair<std::string_vie
   for (std::size_t b = 0; b < sizes.size(); ++b) {
     const int node = bp.buffers[b].node;
     if (node < 0) continue;
-    if (!bp.buffers[b].grad && plan.order[node]->op->role == node_role::input) continue;  // read from its feed
+    // inputs are read from their feeds, and a node that may grow its input's storage in place
+    // (a KV cache's keys) is assumed to: its input fed with room, as nn::kv_cache feeds it
+    if (!bp.buffers[b].grad && (plan.order[node]->op->role == node_role::input || m.may_append[node] >= 0)) continue;
     sizes[b] = size_of(node);
   }
   std::vector<std::int64_t> offsets;

@@ -77,6 +77,7 @@ buffer_plan plan_buffers(const planner_input& in) {
   bp.in_place_of.assign(n, -1);
   std::vector<std::uint8_t> pinned_node(n, 0);
   for (int r : plan.roots) pinned_node[r] = 1;
+  for (int i : plan.named) pinned_node[i] = 1;  // readable by name after the step
   for (int i = 0; i < n; ++i) pinned_node[i] = pinned_node[i] || in.keep[i] || in.keep_all;
 
   std::vector<access> events;

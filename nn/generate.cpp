@@ -75,15 +75,15 @@ generate_result generate(executor<T>& step, kv_cache<T>& cache, const std::vecto
   std::vector<int> next(static_cast<std::size_t>(batch), o.pad);
   std::vector<bool> done(static_cast<std::size_t>(batch), false);
 
+  std::vector<feed> feeds;
   auto run = [&](const tensor<std::int32_t>& tokens, const tensor<std::int32_t>& positions) {
     const std::int64_t n = tokens.dim(1);
-    auto feeds = cache.feeds(n);
+    feeds.clear();
     feeds.emplace_back(o.tokens_input, tokens);
     feeds.emplace_back(o.positions_input, positions);
     if (!o.first_input.empty()) feeds.emplace_back(o.first_input, first);
     feeds.insert(feeds.end(), extra.begin(), extra.end());
-    step.forward(feeds);
-    cache.append(step, n);
+    decode_step(step, cache, feeds);
     // choose from the logits of each sequence's last position
     auto logits = step.output();
     const std::int64_t vocab = logits.dims[-1];

@@ -1,76 +1,100 @@
 #include "loom/nn/kv_cache.hpp"
 
+#include <algorithm>
 #include <cstring>
 
 #include "loom/core/errors.hpp"
-#include "loom/ops/concat.hpp"
 
 namespace loom::nn {
 
+namespace {
+std::string quoted(std::string_view s) { return "\"" + std::string(s) + "\""; }
+}  // namespace
+
 template <class T>
-kv_cache<T>::kv_cache(std::vector<std::string> layers, std::int64_t batch, std::int64_t heads, std::int64_t head_dim,
-                      std::int64_t capacity)
-    : layers_(std::move(layers)), batch_(batch), heads_(heads), head_dim_(head_dim), capacity_(capacity) {
-  if (batch < 1 || heads < 1 || head_dim < 1 || capacity < 1)
-    throw value_error("kv_cache: batch, heads, head_dim and capacity must be positive");
-  for (std::size_t l = 0; l < layers_.size(); ++l) {
-    input_names_.push_back(layers_[l] + ".cache_k");
-    input_names_.push_back(layers_[l] + ".cache_v");
-    keys_.emplace_back(dims_t{batch, heads, capacity, head_dim});
-    values_.emplace_back(dims_t{batch, heads, capacity, head_dim});
+kv_cache<T>::kv_cache(const plan_view& step, std::int64_t batch, std::int64_t capacity)
+    : batch_(batch), capacity_(capacity) {
+  if (batch < 1 || capacity < 1) throw value_error("kv_cache: batch and capacity must be positive");
+  // every state: input [B, H, P, d_k] (H, d_k fixed; one symbol P for all) -> output [B, H, P + T, d_k]
+  int p_sym = -1;
+  for (int out : step.named) {
+    if (!step.is_state(out)) continue;
+    const std::string_view name = step.order[static_cast<std::size_t>(out)]->name;
+    const int in = step.input_index(name);
+    const plan_dims& d = step.dims[static_cast<std::size_t>(in)];
+    const bool form = step.order[static_cast<std::size_t>(in)]->rank == 4 &&
+                      step.order[static_cast<std::size_t>(out)]->rank == 4 && d[1].n_syms == 0 && d[3].n_syms == 0 &&
+                      d[2].n_syms == 1 && d[2].constant == 0 && (p_sym < 0 || d[2].sym[0] == p_sym);
+    if (!form)
+      throw value_error("kv_cache: the state " + quoted(name) + " is " + step.shape_text(in) +
+                        "; a cache holds states [B, H, P, d_k] with H and d_k fixed and one dim P for all");
+    p_sym = d[2].sym[0];
+    block b;
+    b.name = std::string(name);
+    b.heads = d[1].constant;
+    b.head_dim = d[3].constant;
+    b.storage = tensor<T>(dims_t{batch, b.heads, capacity, b.head_dim});
+    blocks_.push_back(std::move(b));
   }
+  if (blocks_.empty())
+    throw value_error("kv_cache: the graph has no state (an input and a named output of the same name, as "
+                      "self_attention_cached makes)");
+}
+
+template <class T>
+std::vector<std::string> kv_cache<T>::names() const {
+  std::vector<std::string> r;
+  for (const block& b : blocks_) r.push_back(b.name);
+  return r;
 }
 
 template <class T>
 std::size_t kv_cache<T>::bytes() const {
-  return 2 * layers_.size() * static_cast<std::size_t>(batch_ * heads_ * capacity_ * head_dim_) * sizeof(T);
+  std::size_t total = 0;
+  for (const block& b : blocks_) total += static_cast<std::size_t>(b.storage.size()) * sizeof(T);
+  return total;
 }
 
 template <class T>
-std::vector<feed> kv_cache<T>::feeds(std::int64_t new_positions) const {
-  if (new_positions < 0 || length_ + new_positions > capacity_)
-    throw capacity_error("kv_cache: " + std::to_string(length_) + " cached + " + std::to_string(new_positions) +
-                         " new positions exceed the capacity of " + std::to_string(capacity_));
+std::vector<feed> kv_cache<T>::feeds() {
   std::vector<feed> f;
-  const dims_t dims{batch_, heads_, length_, head_dim_};
-  const std::int64_t stride = capacity_ * head_dim_;
-  for (std::size_t l = 0; l < layers_.size(); ++l) {
-    f.push_back(feed::strided(input_names_[2 * l], keys_[l].data(), dims, stride));
-    f.push_back(feed::strided(input_names_[2 * l + 1], values_[l].data(), dims, stride));
-  }
+  f.reserve(blocks_.size());
+  for (block& b : blocks_)
+    f.push_back(feed::with_room(b.name, b.storage.data(), dims_t{batch_, b.heads, length_, b.head_dim}, capacity_));
   return f;
 }
 
 template <class T>
-void kv_cache<T>::append(const executor<T>& run, std::int64_t new_positions) {
-  if (length_ + new_positions > capacity_)
-    throw capacity_error("kv_cache: " + std::to_string(length_) + " cached + " + std::to_string(new_positions) +
-                         " new positions exceed the capacity of " + std::to_string(capacity_));
-  // find every source first, so that nothing is stored unless all of them fit
-  std::vector<tensor_view<const T>> sources;
-  for (const std::string& name : input_names_) {
-    const int in = run.input_index(name);
-    int concat_node = -1;
-    for (int c : run.plan().consumers(in))
-      if (run.plan().order[static_cast<std::size_t>(c)]->op == &concat_entry) concat_node = c;
-    if (concat_node < 0) throw shape_error("kv_cache: input \"" + name + "\" does not feed a concat<time> node");
-    auto v = run.value_at(concat_node);
-    const dims_t want{batch_, heads_, length_ + new_positions, head_dim_};
-    if (!(v.dims == want))
-      throw shape_error("kv_cache: after the step, \"" + name + "\" joined with the new keys is " + v.dims.str() +
-                        ", expected " + want.str() + " (was the step run with this cache's feeds?)");
+std::int64_t kv_cache<T>::append(const executor<T>& run) {
+  // read and check every output first, so that nothing changes unless all of them fit
+  std::vector<strided_view<const T>> sources;
+  std::int64_t added = -1;
+  for (const block& b : blocks_) {
+    auto v = run.output_storage(b.name);
+    const std::int64_t rows = v.dims.rank == 4 ? v.dims[2] : -1;
+    if (rows < length_ || v.dims[0] != batch_ || v.dims[1] != b.heads || v.dims[3] != b.head_dim ||
+        (added >= 0 && rows - length_ != added))
+      throw shape_error("kv_cache: after the step, the state " + quoted(b.name) + " is " + v.dims.str() +
+                        ", expected [" + std::to_string(batch_) + ", " + std::to_string(b.heads) + ", " +
+                        std::to_string(length_) + " + new positions, " + std::to_string(b.head_dim) +
+                        "] (was the step run with this cache's feeds?)");
+    added = rows - length_;
     sources.push_back(v);
   }
-  const std::int64_t rows = length_ + new_positions, blocks = batch_ * heads_;
-  for (std::size_t l = 0; l < layers_.size(); ++l)
-    for (int kv = 0; kv < 2; ++kv) {
-      const T* src = sources[2 * l + static_cast<std::size_t>(kv)].data;
-      T* dst = (kv == 0 ? keys_ : values_)[l].data();
-      for (std::int64_t b = 0; b < blocks; ++b)
-        std::memcpy(dst + (b * capacity_ + length_) * head_dim_, src + (b * rows + length_) * head_dim_,
-                    static_cast<std::size_t>(new_positions * head_dim_) * sizeof(T));
-    }
-  length_ += new_positions;
+  if (length_ + added > capacity_)
+    throw capacity_error("kv_cache: " + std::to_string(length_) + " cached + " + std::to_string(added) +
+                         " new positions exceed the capacity of " + std::to_string(capacity_));
+  for (std::size_t s = 0; s < blocks_.size(); ++s) {
+    block& b = blocks_[s];
+    const strided_view<const T>& src = sources[s];
+    if (src.data == b.storage.data()) continue;  // the graph wrote the new rows in place
+    const std::int64_t blocks = batch_ * b.heads, row = b.head_dim;
+    for (std::int64_t m = 0; m < blocks; ++m)
+      std::memcpy(b.storage.data() + (m * capacity_ + length_) * row, src.data + m * src.mat_stride + length_ * row,
+                  static_cast<std::size_t>(added * row) * sizeof(T));
+  }
+  length_ += added;
+  return added;
 }
 
 template <class T>
@@ -82,15 +106,36 @@ void kv_cache<T>::truncate(std::int64_t length) {
 }
 
 template <class T>
-tensor<T> kv_cache<T>::copy_out(const tensor<T>& block) const {
-  tensor<T> r(dims_t{batch_, heads_, length_, head_dim_});
-  for (std::int64_t b = 0; b < batch_ * heads_; ++b)
-    std::memcpy(r.data() + b * length_ * head_dim_, block.data() + b * capacity_ * head_dim_,
-                static_cast<std::size_t>(length_ * head_dim_) * sizeof(T));
+const typename kv_cache<T>::block& kv_cache<T>::find(std::string_view name) const {
+  for (const block& b : blocks_)
+    if (b.name == name) return b;
+  std::string names;
+  for (const block& b : blocks_) names += (names.empty() ? "" : ", ") + quoted(b.name);
+  throw missing_error("kv_cache: no state " + quoted(name) + " (it holds " + names + ")");
+}
+
+template <class T>
+tensor<T> kv_cache<T>::state(std::string_view name) const {
+  const block& b = find(name);
+  tensor<T> r(dims_t{batch_, b.heads, length_, b.head_dim});
+  const std::int64_t row = b.head_dim;
+  for (std::int64_t m = 0; m < batch_ * b.heads; ++m)
+    std::memcpy(r.data() + m * length_ * row, b.storage.data() + m * capacity_ * row,
+                static_cast<std::size_t>(length_ * row) * sizeof(T));
   return r;
+}
+
+template <class T>
+std::int64_t decode_step(executor<T>& run, kv_cache<T>& cache, std::span<const feed> feeds) {
+  std::vector<feed> all = cache.feeds();
+  all.insert(all.end(), feeds.begin(), feeds.end());
+  run.forward(all);
+  return cache.append(run);
 }
 
 template class kv_cache<float>;
 template class kv_cache<double>;
+template std::int64_t decode_step<float>(executor<float>&, kv_cache<float>&, std::span<const feed>);
+template std::int64_t decode_step<double>(executor<double>&, kv_cache<double>&, std::span<const feed>);
 
 }  // namespace loom::nn

@@ -1,5 +1,6 @@
 // concat and slice kernels (copies along one axis).
 //   concat: y = [x_1 | x_2 | ...] along the axis;  dx_i += the part of dy that x_i filled.
+//           When y is x_1's storage grown in place, x_1 is already there: only x_2, ... move.
 //   slice:  y = x[.., begin : begin + size, ..];  dx[.., begin : begin + size, ..] += dy.
 #include <cstring>
 #include <string>
@@ -16,13 +17,20 @@ void concat_kernel<T>::forward(const op_args<T>& a) {
   const int axis = static_cast<int>(a.template attrs<concat_attrs>().axis);
   const dims_t& od = a.out_dims;
   const std::int64_t outer = od.prod(0, axis), inner = od.prod(axis + 1, od.rank);
-  const std::int64_t out_chunk = od.d[axis] * inner;
+  // appended in place (op_entry::appends_to_input: axis −2): the output is input 0's storage,
+  // whose rows are already there; its matrices (outer units) lie out_mat_stride apart
+  const bool in_place = a.out == a.input(0);
+  const std::int64_t out_chunk = in_place && a.out_mat_stride ? a.out_mat_stride : od.d[axis] * inner;
   // outer units per matrix: 1 when joining along rows, the row count when along columns
   const std::int64_t per_mat = od.rank >= 2 && axis == od.rank - 1 ? od[-2] : 1;
   std::int64_t offset = 0;
   for (std::size_t i = 0; i < a.in.size(); ++i) {
     const T* x = a.input(static_cast<int>(i));
     const std::int64_t chunk = a.in_dims[i].d[axis] * inner;
+    if (i == 0 && in_place) {
+      offset += chunk;
+      continue;
+    }
     const bool by_matrix = od.rank >= 2 && axis >= od.rank - 2;
     const std::int64_t mat_stride = by_matrix ? a.mat_stride(static_cast<int>(i)) : per_mat * chunk;
     for_chunks(outer, grain_for(chunk), [&](std::int64_t o0, std::int64_t o1) {

@@ -26,6 +26,10 @@ struct op_args {
   std::span<const std::int64_t> in_mat_stride;
   T* out = nullptr;  // the node's value (written by forward, read-only in backward)
   dims_t out_dims;
+  // elements between the output's matrices when it is not contiguous: only for an op that
+  // appends to its input 0's storage in place (op_entry::appends_to_input; then out is
+  // input(0)); 0 otherwise
+  std::int64_t out_mat_stride = 0;
   std::array<std::int64_t, 2> dattr{};  // the node's dim attributes, bound
   const T* dout = nullptr;              // backward: gradient of the node's value
   std::span<T* const> din;              // backward: gradients to accumulate into, or nullptr

@@ -126,25 +126,22 @@ void run(const decode_case& c, const std::string& dir, const char* suffix) {
   // The encoder runs once; each decoder layer's cross-attention memory is projected once.
   executor<T> encode(c.memory, params, {.inference = true});
   encode.forward(in.feeds(c.memory));
-  std::vector<tensor<T>> projected;
-  for (std::size_t k = 0; k < c.memory_inputs.size(); ++k) projected.emplace_back(encode.output(static_cast<int>(k)));
+  const std::vector<feed> projected = encode.named_feeds();  // the step's memory inputs, by name
 
   const tensor<T>& tgt = in.real.at("tgt_x");
   const std::int64_t B = tgt.dim(0), T_ = tgt.dim(1), D = tgt.dim(2);
-  nn::kv_cache<T> cache(c.cached_layers, B, c.heads, c.head_dim, T_);
+  nn::kv_cache<T> cache(c.step, B, T_);
   executor<T> step(c.step, params, {.inference = true});
   tensor<T> out(dims_t{B, T_, D});
   for (std::int64_t t0 = 0; t0 < T_;) {
     const std::int64_t n = t0 == 0 ? c.prefill : 1;  // a prefill, then one token at a time
-    auto feeds = cache.feeds(n);
+    std::vector<feed> feeds(projected);
     feeds.emplace_back("tgt_x", rows(tgt, t0, n));
     feeds.emplace_back("src_len", in.ints.at("src_len"));
-    for (std::size_t k = 0; k < c.memory_inputs.size(); ++k) feeds.emplace_back(c.memory_inputs[k], projected[k]);
-    step.forward(feeds);
+    nn::decode_step(step, cache, feeds);
     auto y = step.output();
     for (std::int64_t b = 0; b < B; ++b)
       std::copy(y.data + b * n * D, y.data + (b + 1) * n * D, out.data() + (b * T_ + t0) * D);
-    cache.append(step, n);
     t0 += n;
   }
   tensor_file file;

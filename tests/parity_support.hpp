@@ -30,8 +30,7 @@ struct decode_case {
   std::string name;
   loom::plan_view memory;  // eval_mode body: the projected cross-attention memory
   loom::plan_view step;    // decode_mode body: output() for new target positions
-  std::vector<std::string> memory_inputs, cached_layers;
-  long heads, head_dim, prefill;
+  long prefill;
   loom::pytorch::prefixes names;
 };
 

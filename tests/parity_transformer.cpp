@@ -47,10 +47,6 @@ decode_case make_decode(std::string name, long prefill) {
   return {std::move(name),
           memory.plan(),
           make_graph(step::output()).plan(),
-          step::memory_inputs(),
-          step::cached_layers(),
-          C.heads,
-          C.d_model / C.heads,
           prefill,
           names};
 }

@@ -168,3 +168,53 @@ TEST_CASE("the graph can be written as Graphviz DOT") {
   CHECK_THAT(dot, Catch::StartsWith("digraph loom {") && Catch::Contains("input x\\n[T, 2]") &&
                       Catch::Contains("softmax") && Catch::Contains("n0 -> n1"));
 }
+
+TEST_CASE("a named node is read by its name after forward, wherever it is in the graph") {
+  // y = 3x is inside the graph (its buffer would be reused); named, it is kept and readable
+  auto x = input<"x", shape<dyn<"T">, fix<2>>>();
+  auto y = named<"tripled">(scale<3.0>(x));
+  auto g = make_graph(named<"loss">(sum(mul(y, y))));
+  param_store<double> p;
+  auto run = g.executor<double>(p, {.input_grads = true});
+  tensor<double> xs({2, 2}, {1, 2, -1, 0.5});
+  run.forward({{"x", xs}});
+  auto tripled = run.output("tripled");
+  REQUIRE(tripled.dims == dims_t{2, 2});
+  for (std::int64_t i = 0; i < 4; ++i) CHECK(tripled[i] == 3 * xs[i]);
+  CHECK(run.output("loss")[0] == 9 * (1 + 4 + 1 + 0.25));
+  CHECK(run.output(0)[0] == run.output("loss")[0]);
+  run.backward();  // d/dx Σ (3x)² = 18x, through the named view
+  for (std::int64_t i = 0; i < 4; ++i) CHECK(run.input_grad("x")[i] == 18 * xs[i]);
+  const std::string message = test::message_of([&] { run.output("trippled"); });
+  CHECK_THAT(message, Catch::Contains("no output named \"trippled\"") && Catch::Contains("\"loss\", \"tripled\""));
+  CHECK_THROWS_AS(run.output("trippled"), missing_error);
+  CHECK_THAT(g.dot(), Catch::Contains("named\\n\\\"tripled\\\""));
+}
+
+TEST_CASE("make_graph takes tuples of outputs, in order") {
+  auto x = input<"x", shape<fix<3>>>();
+  auto g = make_graph(std::make_tuple(scale<2.0>(x), scale<3.0>(x)), scale<4.0>(x));
+  param_store<float> p;
+  auto run = g.executor<float>(p);
+  tensor<float> xs({3}, {1, 2, 3});
+  run.forward({{"x", xs}});
+  CHECK(run.output(0)[2] == 6);
+  CHECK(run.output(1)[2] == 9);
+  CHECK(run.output(2)[2] == 12);
+}
+
+TEST_CASE("the named outputs of one graph feed the inputs of the same names of another") {
+  auto x = input<"x", shape<fix<2>>>();
+  auto first = make_graph(std::make_tuple(named<"a">(scale<2.0>(x)), named<"b">(scale<-1.0>(x))));
+  auto a = input<"a", shape<fix<2>>>();
+  auto b = input<"b", shape<fix<2>>>();
+  auto second = make_graph(add(a, b));
+  param_store<double> p;
+  auto run1 = first.executor<double>(p);
+  auto run2 = second.executor<double>(p);
+  tensor<double> xs({2}, {5, 7});
+  run1.forward({{"x", xs}});
+  run2.forward(run1.named_feeds());  // 2x + (−x)
+  CHECK(run2.output()[0] == 5);
+  CHECK(run2.output()[1] == 7);
+}

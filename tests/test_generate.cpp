@@ -42,7 +42,7 @@ TEST_CASE("greedy generation through the cache equals recomputing the prefix, fo
   auto run_full = full.executor<double>(params);
   auto run_step = step.executor<double>(params, {.inference = true});
   std::vector<std::vector<int>> prompts{{1, 2, 3, 4, 5}, {7}, {3, 9, 1}};
-  nn::kv_cache<double> cache(step_model::cached_layers(), 3, 2, 8, 32);
+  nn::kv_cache<double> cache(step, 3, 32);
   std::vector<std::pair<std::size_t, int>> streamed;
   auto r = nn::generate(run_step, cache, prompts, {.max_new_tokens = 8}, {},
                         [&](std::size_t b, int t) { streamed.emplace_back(b, t); });
@@ -55,7 +55,7 @@ TEST_CASE("sampling is reproducible for a seed, and top-k = 1 is greedy") {
   auto step = make_graph(step_model::logits());
   auto params = step.make_params<float>(3);
   auto run = step.executor<float>(params, {.inference = true});
-  nn::kv_cache<float> cache(step_model::cached_layers(), 1, 2, 8, 40);
+  nn::kv_cache<float> cache(step, 1, 40);
   std::vector<std::vector<int>> prompt{{1, 2}};
   auto a = nn::generate(run, cache, prompt, {.max_new_tokens = 20, .temperature = 1.0, .seed = 5});
   auto b = nn::generate(run, cache, prompt, {.max_new_tokens = 20, .temperature = 1.0, .seed = 5});
@@ -71,7 +71,7 @@ TEST_CASE("a sequence stops at its end token while the others go on") {
   auto step = make_graph(step_model::logits());
   auto params = step.make_params<float>(3);
   auto run = step.executor<float>(params, {.inference = true});
-  nn::kv_cache<float> cache(step_model::cached_layers(), 2, 2, 8, 40);
+  nn::kv_cache<float> cache(step, 2, 40);
   std::vector<std::vector<int>> prompts{{1, 2}, {3}};
   auto free_run = nn::generate(run, cache, prompts, {.max_new_tokens = 10});
   const int eos = free_run.tokens[0][2];  // make sequence 0's third token the end token
@@ -100,7 +100,7 @@ TEST_CASE("generation that would exceed the cache throws capacity_error before r
   auto step = make_graph(step_model::logits());
   auto params = step.make_params<float>(3);
   auto run = step.executor<float>(params, {.inference = true});
-  nn::kv_cache<float> cache(step_model::cached_layers(), 1, 2, 8, 10);
+  nn::kv_cache<float> cache(step, 1, 10);
   std::vector<std::vector<int>> prompt{{1, 2, 3}};
   CHECK_THROWS_AS(nn::generate(run, cache, prompt, {.max_new_tokens = 8}), capacity_error);
   CHECK_NOTHROW(nn::generate(run, cache, prompt, {.max_new_tokens = 7}));

@@ -70,17 +70,14 @@ double cached_vs_full(std::int64_t batch, std::vector<std::int64_t> chunks, bool
   run_full.forward({{"x", x}});
   tensor<T> want(run_full.output());
 
-  nn::kv_cache<T> cache({"layers.0.self_attn", "layers.1.self_attn"}, batch, H, D / H, total);
+  nn::kv_cache<T> cache(step, batch, total);
   auto run = step.template executor<T>(params, {.inference = inference});
   double worst = 0;
   std::int64_t t0 = 0;
   for (auto n : chunks) {
-    auto feeds = cache.feeds(n);
     auto xs = rows(x, t0, n);
-    feeds.emplace_back("x", xs);
-    run.forward(feeds);
+    CHECK(nn::decode_step(run, cache, {{"x", xs}}) == n);
     worst = std::max(worst, rel_error<T>(run.output(), 0, want, t0, n));
-    cache.append(run, n);
     t0 += n;
   }
   return worst;
@@ -100,13 +97,84 @@ TEST_CASE("a prefill split into chunks gives the same outputs as one pass") {
   CHECK(cached_vs_full<float, 2>(2, {1, 1, 3, 2}, true) <= 1e-5);
 }
 
-TEST_CASE("decoding past the capacity throws capacity_error and keeps the cache") {
-  nn::kv_cache<float> cache({"a"}, 1, 2, 4, 3);
-  CHECK_NOTHROW(cache.feeds(3));
-  CHECK_THROWS_AS(cache.feeds(4), capacity_error);
-  CHECK(cache.length() == 0);
-  CHECK(cache.bytes() == 2 * 1 * 2 * 3 * 4 * sizeof(float));
-  CHECK_THROWS_AS(cache.truncate(1), value_error);
+TEST_CASE("decoding past the capacity throws capacity_error before running and keeps the cache") {
+  auto step = make_graph(two_layers<2, true>());
+  auto params = step.make_params<float>(1);
+  auto run = step.executor<float>(params, {.inference = true});
+  nn::kv_cache<float> cache(step, 1, 3);
+  // two layers, keys and values each: 4 blocks of [B 1, H 2, capacity 3, d_k 4]
+  CHECK(cache.bytes() == 4 * 1 * 2 * 3 * 4 * sizeof(float));
+  CHECK(cache.names() == std::vector<std::string>{"layers.0.self_attn.cache_k", "layers.0.self_attn.cache_v",
+                                                  "layers.1.self_attn.cache_k", "layers.1.self_attn.cache_v"});
+  auto x2 = test::random_tensor<float>({1, 2, D}, 3);
+  CHECK(nn::decode_step(run, cache, {{"x", x2}}) == 2);
+  const tensor<float> keys = cache.state("layers.1.self_attn.cache_k");
+  const std::string message = test::message_of([&] { nn::decode_step(run, cache, {{"x", x2}}); });
+  CHECK(message.find("room for 3 rows") != std::string::npos);
+  CHECK_THROWS_AS(nn::decode_step(run, cache, {{"x", x2}}), capacity_error);
+  CHECK(cache.length() == 2);
+  CHECK(test::same_bits(cache.state("layers.1.self_attn.cache_k"), keys));
+  CHECK_THROWS_AS(cache.truncate(3), value_error);
+  CHECK_THROWS_AS(cache.state("layers.9.self_attn.cache_k"), missing_error);
+}
+
+TEST_CASE("a cache needs a graph with states") {
+  auto plain = make_graph(two_layers<2, false>());
+  CHECK_THROWS_AS(nn::kv_cache<float>(plain, 1, 4), value_error);
+  auto step = make_graph(two_layers<2, true>());
+  CHECK_THROWS_AS(nn::kv_cache<float>(step, 0, 4), value_error);
+  CHECK_THROWS_AS(nn::kv_cache<float>(step, 1, 0), value_error);
+}
+
+TEST_CASE("a decoding step writes the new keys into the cache's storage: no copy of the cache") {
+  auto step = make_graph(two_layers<2, true>());
+  auto params = step.make_params<double>(1);
+  test::randomize(params, 2);
+  auto run = step.executor<double>(params, {.inference = true});
+  nn::kv_cache<double> cache(step, 2, 8);
+  auto x = test::random_tensor<double>({2, 3, D}, 4);
+  nn::decode_step(run, cache, {{"x", x}});
+  // the step's keys are the cache's storage itself: a view of its blocks, spaced by the capacity
+  auto keys = run.output_storage("layers.0.self_attn.cache_k");
+  CHECK(keys.mat_stride == 8 * (D / 2));
+  CHECK(keys.dims == dims_t{2, 2, 3, D / 2});
+  CHECK_THROWS_AS(run.output("layers.0.self_attn.cache_k"), error);  // not contiguous: output_storage()
+  // and they are what the graph computes without a cache: x's projection, heads split
+  auto plain = make_graph(two_layers<2, false>());
+  auto full = plain.executor<double>(params);
+  auto k_node = std::get<1>(nn::detail::self_qkv<"layers.0.self_attn">(X{}));
+  full.keep(nn::detail::split_heads<2>(k_node));
+  full.forward({{"x", x}});
+  auto want = full.value(nn::detail::split_heads<2>(k_node));  // [2, 2, 3, 4]
+  const auto got = cache.state("layers.0.self_attn.cache_k");
+  REQUIRE(got.dims() == want.dims);
+  for (std::int64_t i = 0; i < got.size(); ++i) CHECK(got[i] == want[i]);
+}
+
+TEST_CASE("a cache fed contiguously is copied into instead: the same results") {
+  // the same step, with the cache inputs fed as plain tensors (no room): the concat copies
+  // and kv_cache::append copies the new rows out of the outputs
+  auto step = make_graph(two_layers<2, true>());
+  auto params = step.make_params<double>(1);
+  test::randomize(params, 2);
+  auto run = step.executor<double>(params, {.inference = true});
+  nn::kv_cache<double> in_place(step, 1, 8), copied(step, 1, 8);
+  auto x = test::random_tensor<double>({1, 5, D}, 6);
+  for (std::int64_t t = 0; t < 5; ++t) {
+    auto xs = rows(x, t, 1);
+    nn::decode_step(run, in_place, {{"x", xs}});
+    const tensor<double> want(run.output());
+    std::vector<tensor<double>> states;
+    std::vector<feed> feeds;
+    for (const auto& name : copied.names()) states.push_back(copied.state(name));
+    for (std::size_t k = 0; k < states.size(); ++k) feeds.emplace_back(copied.names()[k], states[k]);
+    feeds.emplace_back("x", xs);
+    run.forward(feeds);
+    CHECK(run.output_storage("layers.1.self_attn.cache_v").mat_stride == (t + 1) * (D / 2));
+    CHECK(test::same_bits(tensor<double>(run.output()), want));
+    CHECK(copied.append(run) == 1);
+  }
+  for (const auto& name : copied.names()) CHECK(test::same_bits(copied.state(name), in_place.state(name)));
 }
 
 TEST_CASE("a cache reset for a new prompt gives the same result as a fresh one") {
@@ -117,17 +185,14 @@ TEST_CASE("a cache reset for a new prompt gives the same result as a fresh one")
   auto first = test::random_tensor<double>({1, 4, D}, 7);
   auto second = test::random_tensor<double>({1, 3, D}, 8);
   auto decode = [&](nn::kv_cache<double>& cache, const tensor<double>& prompt) {
-    auto feeds = cache.feeds(prompt.dim(1));
-    feeds.emplace_back("x", prompt);
-    run.forward(feeds);
-    cache.append(run, prompt.dim(1));
+    nn::decode_step(run, cache, {{"x", prompt}});
     return tensor<double>(run.output());
   };
-  nn::kv_cache<double> reused({"layers.0.self_attn", "layers.1.self_attn"}, 1, 2, D / 2, 16);
+  nn::kv_cache<double> reused(step, 1, 16);
   decode(reused, first);
   reused.reset();
   auto again = decode(reused, second);
-  nn::kv_cache<double> fresh({"layers.0.self_attn", "layers.1.self_attn"}, 1, 2, D / 2, 16);
+  nn::kv_cache<double> fresh(step, 1, 16);
   auto expect = decode(fresh, second);
   REQUIRE(again.size() == expect.size());
   for (std::int64_t i = 0; i < again.size(); ++i) CHECK(again[i] == expect[i]);
@@ -138,14 +203,11 @@ TEST_CASE("truncating the cache rewinds decoding to an earlier position") {
   auto params = step.make_params<double>(1);
   test::randomize(params, 2);
   auto run = step.executor<double>(params, {.inference = true});
-  nn::kv_cache<double> cache({"layers.0.self_attn", "layers.1.self_attn"}, 1, 2, D / 2, 16);
+  nn::kv_cache<double> cache(step, 1, 16);
   auto x = test::random_tensor<double>({1, 5, D}, 9);
   auto step_rows = [&](std::int64_t t0, std::int64_t n) {
-    auto feeds = cache.feeds(n);
     auto xs = rows(x, t0, n);
-    feeds.emplace_back("x", xs);
-    run.forward(feeds);
-    cache.append(run, n);
+    nn::decode_step(run, cache, {{"x", xs}});
     return tensor<double>(run.output());
   };
   step_rows(0, 3);

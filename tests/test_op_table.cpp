@@ -220,6 +220,12 @@ const std::map<std::string_view, std::function<case_result()>>& cases() {
          auto y = scale<2.0>(x);
          return run_case(make_graph(checkpoint(mul(y, y), x)), checkpoint_entry, {{"x", rnd({2, 3}, 24)}});
        }},
+      {"named",
+       [] {
+         auto x = input<"x", shape<fix<2>, fix<3>>>();
+         auto y = scale<2.0>(x);  // two consumers: the named view gets a gradient buffer of its own
+         return run_case(make_graph(mul(named<"y">(y), y)), named_entry, {{"x", rnd({2, 3}, 25)}});
+       }},
       {"silu",
        [] {
          auto x = input<"x", shape<fix<2>, fix<3>>>();

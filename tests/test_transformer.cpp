@@ -109,7 +109,7 @@ double lm_cached_vs_full(const std::vector<std::vector<std::int32_t>>& seqs, con
   }
 
   std::int64_t steps = static_cast<std::int64_t>(seqs[0].size()) - prompt[0];
-  nn::kv_cache<T> cache(step_model::cached_layers(), B, H, c.d_model / H, pmax + steps);
+  nn::kv_cache<T> cache(step, B, pmax + steps);
   auto run = step.template executor<T>(params, {.inference = true});
   tensor<std::int32_t> first({B});
   for (std::int64_t b = 0; b < B; ++b) first[b] = static_cast<std::int32_t>(pmax - prompt[static_cast<std::size_t>(b)]);
@@ -135,13 +135,8 @@ double lm_cached_vs_full(const std::vector<std::vector<std::int32_t>>& seqs, con
         toks[b * n + t] = p < 0 ? 0 : seqs[static_cast<std::size_t>(b)][static_cast<std::size_t>(p)];
         pos[b * n + t] = static_cast<std::int32_t>(std::max<std::int64_t>(p, 0));
       }
-    auto feeds = cache.feeds(n);
-    feeds.emplace_back("tokens", toks);
-    feeds.emplace_back("positions", pos);
-    feeds.emplace_back("first", first);
-    run.forward(feeds);
+    nn::decode_step(run, cache, {{"tokens", toks}, {"positions", pos}, {"first", first}});
     compare(run.output(), slot0, n);
-    cache.append(run, n);
   };
   std::int64_t slot = 0;
   for (auto n : chunks) {
@@ -198,11 +193,10 @@ double seq2seq_cached_vs_full(std::int64_t prefill) {
 
   auto run_mem = memory.template executor<T>(params, {.inference = true});
   run_mem.forward({{"src", src}, {"src_len", src_len}});
-  std::vector<tensor<T>> projected;
-  for (int k = 0; k < 2 * static_cast<int>(c.decoder_layers); ++k) projected.emplace_back(run_mem.output(k));
-  const auto names = dec::memory_inputs();
+  const std::vector<feed> projected = run_mem.named_feeds();  // the decoder's memory inputs, by name
+  REQUIRE(projected.size() == 2 * static_cast<std::size_t>(c.decoder_layers));
 
-  nn::kv_cache<T> cache(dec::cached_layers(), B, H, c.d_model / H, T_);
+  nn::kv_cache<T> cache(step, B, T_);
   auto run = step.template executor<T>(params, {.inference = true});
   double worst = 0;
   std::int64_t t0 = 0;
@@ -214,19 +208,17 @@ double seq2seq_cached_vs_full(std::int64_t prefill) {
         toks[b * n + t] = tgt[b * T_ + t0 + t];
         pos[b * n + t] = static_cast<std::int32_t>(t0 + t);
       }
-    auto feeds = cache.feeds(n);
+    std::vector<feed> feeds(projected);
     feeds.emplace_back("tgt", toks);
     feeds.emplace_back("positions", pos);
     feeds.emplace_back("src_len", src_len);
-    for (std::size_t k = 0; k < names.size(); ++k) feeds.emplace_back(names[k], projected[k]);
-    run.forward(feeds);
+    nn::decode_step(run, cache, feeds);
     auto got = run.output();
     for (std::int64_t b = 0; b < B; ++b)
       for (std::int64_t t = 0; t < n; ++t)
         for (std::int64_t v = 0; v < V; ++v)
           worst = std::max(worst, std::abs(static_cast<double>(got[(b * n + t) * V + v]) -
                                            static_cast<double>(want[(b * T_ + t0 + t) * V + v])));
-    cache.append(run, n);
     t0 += n;
   }
   return worst / max_abs<T>(std::as_const(want).view());

@@ -12,6 +12,7 @@
 #include "loom/ops/mask.hpp"
 #include "loom/ops/matmul.hpp"
 #include "loom/ops/mul.hpp"
+#include "loom/ops/named.hpp"
 #include "loom/ops/positional_encoding.hpp"
 #include "loom/ops/reshape.hpp"
 #include "loom/ops/scale.hpp"

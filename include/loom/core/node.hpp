@@ -75,6 +75,7 @@ struct node {
     d.dims = shape_exprs_of<shape>();
     d.inputs = input_descs;
     if constexpr (requires { Op::attrs; }) store_attrs(d, Op::attrs);
+    if constexpr (requires { Op::name; }) d.name = Op::name;  // named outputs
     d.hash = detail::hash_desc(d);
     return d;
   }

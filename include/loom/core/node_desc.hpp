@@ -45,7 +45,7 @@ enum class init_kind : std::uint8_t {
 struct node_desc {
   const op_entry* op = nullptr;  // what the node is (role, name, kernels, traits)
   dtype elem = dtype::real;
-  std::string_view name{};  // inputs and params: their name; blocks: nothing
+  std::string_view name{};  // inputs, params and named outputs: their name; other ops: nothing
   int rank = 0;
   std::array<dim_expr, max_rank> dims{};
   std::span<const node_desc* const> inputs{};

@@ -59,9 +59,15 @@ struct op_entry {
   /// The value is input 0's buffer under another shape: nothing is copied, and the gradient
   /// shares input 0's gradient buffer when the node is input 0's only consumer.
   bool is_view = false;
-  /// Whether forward reads input `input` in place when its matrices (last two axes) are spaced
-  /// further apart than their size (op_args::mat_stride); otherwise the executor copies it.
+  /// Whether forward and backward read input `input` in place when its matrices (last two
+  /// axes) are spaced further apart than their size (op_args::mat_stride); otherwise the
+  /// executor copies it.
   bool (*reads_strided)(const node_desc& node, int input) = nullptr;
+  /// Whether forward is correct when its output is input 0's storage grown along the rows
+  /// (axis −2): input 0's rows are already in place, so the kernel writes only what follows
+  /// them, with op_args::out_mat_stride between matrices. The executor does so when input 0 is
+  /// a feed with room to grow (feed::with_room) — a KV cache's append without a copy.
+  bool (*appends_to_input)(const node_desc& node) = nullptr;
   /// backward honours op_args::din_fresh: its first contribution to a gradient stores (=)
   /// instead of adding to a zeroed buffer.
   bool writes_fresh = false;
@@ -82,6 +88,9 @@ struct op_entry {
   /// exec_options::recompute, the block's interior values that backward needs are recomputed
   /// just before the block's backward instead of kept (see checkpoint.hpp).
   bool bounds_recompute = false;
+  /// The node's value is readable by its name (node_desc::name) after forward, like an output
+  /// of the graph, wherever it appears (see named.hpp).
+  bool is_named_output = false;
 
   template <class T>
   constexpr const op_kernels<T>& kernels() const {

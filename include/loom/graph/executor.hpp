@@ -18,6 +18,16 @@
 
 namespace loom {
 
+/// A value as it lies in memory: its matrices (last two axes, rows contiguous) are
+/// `mat_stride` elements apart — rows · cols when contiguous, more when the value is a feed's
+/// storage grown in place (feed::with_room).
+template <class T>
+struct strided_view {
+  T* data = nullptr;
+  dims_t dims;
+  std::int64_t mat_stride = 0;
+};
+
 /// Settings of an executor.
 struct exec_options {
   int threads = 0;           // worker threads; 0 means all cores
@@ -60,6 +70,19 @@ class executor {
 
   /// Value of the k-th output of make_graph(outputs...) after forward().
   tensor_view<const T> output(int k = 0) const;
+  /// Value of the node named `name` with named<"...">(x), after forward(). Throws
+  /// missing_error (listing the graph's names) when there is none, and error when the value
+  /// lies inside a feed's storage (read it with output_storage()).
+  tensor_view<const T> output(std::string_view name) const;
+  /// The named node's value where it lies: contiguous, or inside the storage of the feed it
+  /// grew in place (a KV cache's keys: then data is that storage and mat_stride its stride).
+  strided_view<const T> output_storage(std::string_view name) const;
+  /// Index in the plan of the node named `name`; throws missing_error if there is none.
+  int named_index(std::string_view name) const;
+  /// Every named output as a feed of the same name, borrowing this executor's values (valid
+  /// until its next forward()): the outputs of one graph feed the inputs of another by name —
+  /// the encoder memory projected once per source into each decoding step, say.
+  std::vector<feed> named_feeds() const;
   /// Keeps `node`'s value (and gradient) readable after forward() (and backward()): call it
   /// before forward(). Outputs and parameters are always kept.
   template <class Node>
@@ -89,7 +112,9 @@ class executor {
   int threads() const;
   void set_training(bool training);
   /// The memory plan for the dims given by name (every symbol of the graph), without running:
-  /// the arena's size and its buffers. Assumes contiguous feeds. Throws shape_error for a
+  /// the arena's size and its buffers. Assumes contiguous feeds, except that an input some node
+  /// appends to in place (a KV cache's keys) is fed with room, as nn::kv_cache does (that
+  /// node's value then needs no arena bytes). Throws shape_error for a
   /// missing or negative dim, or one whose sizes overflow.
   memory_report memory_plan(std::span<const std::pair<std::string_view, std::int64_t>> dims) const;
   memory_report memory_plan(std::initializer_list<std::pair<std::string_view, std::int64_t>> dims) const {

@@ -65,9 +65,29 @@ class feed {
     return f;
   }
 
+  /// A borrowed, *writable* view with room to grow: each matrix (the last two axes) is the
+  /// first dims[-2] rows of a block of `capacity_rows` rows, and the blocks lie back to back
+  /// (mat_stride = capacity_rows · dims[-1]). A node that appends rows to this input
+  /// (concat along axis −2: a KV cache's keys) writes them into the free rows in place instead
+  /// of copying the whole input (op_entry::appends_to_input); rows past dims[-2] may then be
+  /// overwritten by forward(). Throws shape_error when capacity_rows < dims[-2].
+  template <class U>
+  static feed with_room(std::string name, U* data, dims_t dims, std::int64_t capacity_rows) {
+    if (dims.rank < 2) throw shape_error("feed::with_room: needs at least two axes");
+    if (capacity_rows < dims[-2])
+      throw shape_error("feed::with_room: " + std::to_string(dims[-2]) + " rows do not fit a capacity of " +
+                        std::to_string(capacity_rows));
+    feed f(std::move(name), tensor_view<const U>{data, dims});
+    f.mat_stride_ = capacity_rows * dims[-1];
+    f.room_rows_ = capacity_rows;
+    return f;
+  }
+
   const std::string& name() const { return name_; }
   /// Elements between consecutive matrices (last two axes); 0 when contiguous.
   std::int64_t mat_stride() const { return mat_stride_; }
+  /// Rows each matrix may grow to in place (feed::with_room); 0 when it may not grow.
+  std::int64_t room_rows() const { return room_rows_; }
   storage type() const { return type_; }
   const void* data() const { return data_; }
   const dims_t& dims() const { return dims_; }
@@ -78,6 +98,7 @@ class feed {
   const void* data_ = nullptr;
   dims_t dims_;
   std::int64_t mat_stride_ = 0;
+  std::int64_t room_rows_ = 0;
   std::shared_ptr<const void> keep_;
 };
 

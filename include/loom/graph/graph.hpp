@@ -4,6 +4,7 @@
 #include <array>
 #include <cstdint>
 #include <string>
+#include <tuple>
 
 #include "loom/core/node.hpp"
 #include "loom/core/params.hpp"
@@ -25,8 +26,10 @@ template <class... Outs>
 struct graph {
   static constexpr std::array<const node_desc*, sizeof...(Outs)> roots{desc_ptr<Outs>()...};
   static constexpr detail::plan_sizes sizes = detail::measure(roots);
+  static_assert(sizes.names_unique,
+                "make_graph: two different nodes have the same name (named<\"...\">): names must be unique");
   static constexpr auto data =
-      detail::build_plan<sizes.nodes, sizes.edges, sizes.syms, static_cast<int>(sizeof...(Outs))>(roots);
+      detail::build_plan<sizes.nodes, sizes.edges, sizes.syms, static_cast<int>(sizeof...(Outs)), sizes.named>(roots);
 
   /// The plan, type-erased (what executors, gradcheck and to_dot take).
   static plan_view plan() { return detail::view_of(data); }
@@ -56,12 +59,33 @@ struct graph {
   }
 };
 
-/// The graph computing `outputs...` (nodes built with input<>, param<> and the ops); its plan
-/// — unique nodes, topological order, consumers, dynamic dims — is computed at compile time.
+namespace detail {
+// The outputs of make_graph(...) with std::tuples of nodes spliced in, in order.
+template <class Done, class... Rest>
+struct flat_outputs;
+template <class... Done>
+struct flat_outputs<type_list<Done...>> {
+  using type = graph<Done...>;
+};
+template <class... Done, class... Tup, class... Rest>
+struct flat_outputs<type_list<Done...>, std::tuple<Tup...>, Rest...> {
+  using type = typename flat_outputs<type_list<Done...>, Tup..., Rest...>::type;
+};
+template <class... Done, class Out, class... Rest>
+struct flat_outputs<type_list<Done...>, Out, Rest...> {
+  static_assert(is_node<Out>, "make_graph: every argument must be a graph node (or a std::tuple of them)");
+  using type = typename flat_outputs<type_list<Done..., Out>, Rest...>::type;
+};
+}  // namespace detail
+
+/// The graph computing `outputs...` (nodes built with input<>, param<> and the ops, or
+/// std::tuples of them, taken in order); its plan — unique nodes, topological order,
+/// consumers, dynamic dims, named outputs — is computed at compile time. Output k is read
+/// with executor::output(k); a node named with named<"...">, wherever it is, with
+/// executor::output("...").
 template <class... Outs>
-constexpr graph<Outs...> make_graph(Outs...) {
+constexpr typename detail::flat_outputs<type_list<>, Outs...>::type make_graph(Outs...) {
   static_assert(sizeof...(Outs) >= 1, "make_graph: give at least one output");
-  static_assert((is_node<Outs> && ...), "make_graph: every argument must be a graph node");
   return {};
 }
 

@@ -35,6 +35,7 @@ struct plan_view {
   std::span<const std::string_view> syms;    // names of the dynamic dims
   std::span<const plan_dims> dims;           // dims of node i in terms of syms
   std::span<const int> roots;                // the graph's outputs, as node indices
+  std::span<const int> named;                // nodes readable by name (named<"...">), by name
   std::span<const std::uint8_t> from_param;  // 1 if node i depends on a parameter
   std::span<const std::uint8_t> from_input;  // 1 if node i depends on a real-valued input
 
@@ -45,6 +46,11 @@ struct plan_view {
   std::span<const int> consumers(int i) const { return out_idx.subspan(out_off[i], out_off[i + 1] - out_off[i]); }
   /// Index of the input node named `name`, or -1.
   int input_index(std::string_view name) const;
+  /// Index of the node named `name` with named<"...">(x) (an output read by name), or -1.
+  int named_index(std::string_view name) const;
+  /// Whether the named node `node` is a state: an input of the same name exists (its value
+  /// before the step; the named node is its value after).
+  bool is_state(int node) const;
   /// Node i's dims in terms of the symbols: "[B, T, 64]", "[B, 2, P + T, 16]".
   std::string shape_text(int i) const;
   /// What node i is, for messages: `input "x"`, `parameter "w"`, `matmul (node 7)`.
@@ -166,7 +172,8 @@ constexpr void collect_syms(const dim_expr& e, std::vector<std::string_view>& sy
 }
 
 struct plan_sizes {
-  int nodes = 0, edges = 0, syms = 0;
+  int nodes = 0, edges = 0, syms = 0, named = 0;
+  bool names_unique = true;  // no two named nodes share a name
 };
 
 constexpr plan_sizes measure(std::span<const node_desc* const> roots) {
@@ -175,16 +182,22 @@ constexpr plan_sizes measure(std::span<const node_desc* const> roots) {
   plan_sizes s;
   s.nodes = static_cast<int>(order.size());
   std::vector<std::string_view> syms;
+  std::vector<std::string_view> names;
   for (const node_desc* d : order) {
     s.edges += static_cast<int>(d->inputs.size());
     for (int a = 0; a < d->rank; ++a) collect_syms(d->dims[a], syms);
     for (const auto& e : d->dattr) collect_syms(e, syms);
+    if (d->op->is_named_output) {
+      for (auto seen : names) s.names_unique = s.names_unique && seen != d->name;
+      names.push_back(d->name);
+    }
   }
   s.syms = static_cast<int>(syms.size());
+  s.named = static_cast<int>(names.size());
   return s;
 }
 
-template <int N, int E, int S, int R>
+template <int N, int E, int S, int R, int M>
 struct plan_data {
   std::array<const node_desc*, N> order{};
   std::array<int, N + 1> in_off{};
@@ -194,6 +207,7 @@ struct plan_data {
   std::array<std::string_view, S> syms{};
   std::array<plan_dims, N> dims{};
   std::array<int, R> roots{};
+  std::array<int, M> named{};
   std::array<std::uint8_t, N> from_param{};
   std::array<std::uint8_t, N> from_input{};
 };
@@ -208,9 +222,9 @@ constexpr plan_dim to_plan_dim(const dim_expr& e, std::span<const std::string_vi
   return p;
 }
 
-template <int N, int E, int S, int R>
-constexpr plan_data<N, E, S, R> build_plan(std::span<const node_desc* const> roots) {
-  plan_data<N, E, S, R> p;
+template <int N, int E, int S, int R, int M>
+constexpr plan_data<N, E, S, R, M> build_plan(std::span<const node_desc* const> roots) {
+  plan_data<N, E, S, R, M> p;
   desc_index index;
   auto order = topological_order(roots, index);
   std::vector<std::string_view> syms;
@@ -249,12 +263,22 @@ constexpr plan_data<N, E, S, R> build_plan(std::span<const node_desc* const> roo
   }
   p.out_off[N] = o;
   for (int r = 0; r < R; ++r) p.roots[r] = index.find(roots[r]);
+  int m = 0;  // named nodes, sorted by name
+  for (int i = 0; i < N; ++i)
+    if (p.order[i]->op->is_named_output) p.named[m++] = i;
+  for (int a = 1; a < M; ++a)
+    for (int b = a; b > 0 && p.order[p.named[b]]->name < p.order[p.named[b - 1]]->name; --b) {
+      const int t = p.named[b];
+      p.named[b] = p.named[b - 1];
+      p.named[b - 1] = t;
+    }
   return p;
 }
 
-template <int N, int E, int S, int R>
-plan_view view_of(const plan_data<N, E, S, R>& p) {
-  return {p.order, p.in_off, p.in_idx, p.out_off, p.out_idx, p.syms, p.dims, p.roots, p.from_param, p.from_input};
+template <int N, int E, int S, int R, int M>
+plan_view view_of(const plan_data<N, E, S, R, M>& p) {
+  return {p.order,  p.in_off, p.in_idx, p.out_off,    p.out_idx,   p.syms,
+          p.dims,   p.roots,  p.named,  p.from_param, p.from_input};
 }
 
 }  // namespace detail

@@ -86,6 +86,20 @@ constexpr auto attention(Q q, K k, V v, M... masks) {
   return matmul(attention_weights(q, k, masks...), v);
 }
 
+/// The names a decoding layer's state goes by, made here only (at compile time; at run time
+/// nn::kv_cache and the feeds read them from the graph): the cached keys and values of
+/// self-attention layer `Layer` (inputs and outputs of the decoding graph, see cache_state)
+/// and the projected memory of cross-attention layer `Layer` (outputs of the memory graph,
+/// inputs of the decoding graph).
+template <fixed_string Layer>
+inline constexpr auto cache_k_name = Layer + ".cache_k";
+template <fixed_string Layer>
+inline constexpr auto cache_v_name = Layer + ".cache_v";
+template <fixed_string Layer>
+inline constexpr auto memory_k_name = Layer + ".memory_k";
+template <fixed_string Layer>
+inline constexpr auto memory_v_name = Layer + ".memory_v";
+
 namespace detail {
 
 /// Checks (with readable static_asserts) that x is [B, T, D] with D divisible by H.
@@ -172,6 +186,16 @@ constexpr auto cache_input() {
   return input<Name, shape<dim_at<S, 0>, fix<H>, dyn<"P">, fix<dim_at<S, 2>::value / H>>>();
 }
 
+/// A layer's keys (or values) after a step: the cached ones, the input `Name` [B, H, P, d_k],
+/// followed by the step's new rows [B, H, T, d_k], as the output `Name` [B, H, P + T, d_k] — a
+/// state of the decoding graph (an input and an output of one name, see named.hpp) that
+/// nn::kv_cache feeds and reads back. Fed with room (feed::with_room), the concat writes the
+/// new rows straight into the cache's storage.
+template <fixed_string Name, int H, class X, class Rows>
+constexpr auto cache_state(Rows rows) {
+  return named<Name>(concat<2>(cache_input<Name, X, H>(), rows));
+}
+
 /// Projected encoder memory for cached cross-attention: [B, H, S, d_k].
 template <fixed_string Name, class X, int H>
 constexpr auto memory_input() {
@@ -195,8 +219,8 @@ struct self_attention_cached_fn {
   template <class X>
   constexpr auto operator()(X x) const {
     auto [q, k, v] = self_qkv<Prefix>(x);
-    auto keys = concat<2>(cache_input<Prefix + ".cache_k", X, H>(), split_heads<H>(k));    // [B, H, P + T, d_k]
-    auto values = concat<2>(cache_input<Prefix + ".cache_v", X, H>(), split_heads<H>(v));  // [B, H, P + T, d_k]
+    auto keys = cache_state<cache_k_name<Prefix>, H, X>(split_heads<H>(k));    // [B, H, P + T, d_k]
+    auto values = cache_state<cache_v_name<Prefix>, H, X>(split_heads<H>(v));  // [B, H, P + T, d_k]
     return heads_attention<Prefix>(split_heads<H>(q), keys, values, M{}...);
   }
 };
@@ -217,8 +241,8 @@ template <fixed_string Prefix, int H, class... M>
 struct cross_attention_cached_fn {
   template <class X>
   constexpr auto operator()(X x) const {
-    return heads_attention<Prefix>(split_heads<H>(cross_q<Prefix>(x)), memory_input<Prefix + ".memory_k", X, H>(),
-                                   memory_input<Prefix + ".memory_v", X, H>(), M{}...);
+    return heads_attention<Prefix>(split_heads<H>(cross_q<Prefix>(x)), memory_input<memory_k_name<Prefix>, X, H>(),
+                                   memory_input<memory_v_name<Prefix>, X, H>(), M{}...);
   }
 };
 
@@ -244,13 +268,14 @@ constexpr auto self_attention_cached(X x, M...) {
 }
 
 /// The updated keys and values [B, H, P + T, d_k] of self_attention_cached<Prefix, H>(x):
-/// the nodes a kv_cache reads after a step.
+/// the outputs `Prefix.cache_k` and `Prefix.cache_v` that a kv_cache reads after a step (the
+/// same nodes as inside the layer).
 template <fixed_string Prefix, int H, class X>
 constexpr auto cached_keys_values(X x) {
   auto [q, k, v] = detail::self_qkv<Prefix>(x);
   (void)q;
-  return std::make_tuple(concat<2>(detail::cache_input<Prefix + ".cache_k", X, H>(), detail::split_heads<H>(k)),
-                         concat<2>(detail::cache_input<Prefix + ".cache_v", X, H>(), detail::split_heads<H>(v)));
+  return std::make_tuple(detail::cache_state<cache_k_name<Prefix>, H, X>(detail::split_heads<H>(k)),
+                         detail::cache_state<cache_v_name<Prefix>, H, X>(detail::split_heads<H>(v)));
 }
 
 /// Multi-head cross-attention: queries from x [B, T, D], keys and values from memory
@@ -272,10 +297,13 @@ constexpr auto cross_attention_cached(X x, M...) {
 }
 
 /// The projected memory of cross_attention<Prefix, H>: keys and values [B, H, S, d_k] of
-/// memory [B, S, D], computed once per source and fed to cross_attention_cached.
+/// memory [B, S, D], computed once per source, as the outputs `Prefix.memory_k` and
+/// `Prefix.memory_v` — the names of cross_attention_cached's inputs (feed them by name:
+/// executor::named_feeds()).
 template <fixed_string Prefix, int H, class Mem>
 constexpr auto cross_attention_memory(Mem mem) {
-  return detail::cross_kv_heads<Prefix, H>(mem);
+  auto [k, v] = detail::cross_kv_heads<Prefix, H>(mem);
+  return std::make_tuple(named<memory_k_name<Prefix>>(k), named<memory_v_name<Prefix>>(v));
 }
 
 /// The attention weights [B, H, T, S] inside self_attention<Prefix, H>(x, masks...): the
@@ -299,7 +327,7 @@ constexpr auto cross_attention_weights(X x, Mem mem, M... masks) {
 template <fixed_string Prefix, int H, class X, class... M>
 constexpr auto cross_attention_cached_weights(X x, M... masks) {
   return attention_weights(detail::split_heads<H>(detail::cross_q<Prefix>(x)),
-                           detail::memory_input<Prefix + ".memory_k", X, H>(), masks...);
+                           detail::memory_input<memory_k_name<Prefix>, X, H>(), masks...);
 }
 
 }  // namespace loom::nn

@@ -2,64 +2,90 @@
 // sequence — the explicit state of a decoding graph built with self_attention_cached.
 #pragma once
 
+#include <concepts>
 #include <cstdint>
+#include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "loom/core/tensor.hpp"
 #include "loom/graph/executor.hpp"
 #include "loom/graph/feed.hpp"
+#include "loom/graph/plan.hpp"
 
 namespace loom::nn {
 
-/// Storage for the cached keys and values of some attention layers: for each layer a
-/// [B, H, capacity, d_k] block for keys and one for values, allocated once. A decoding step
-/// reads the first length() positions through the inputs `<layer>.cache_k` and
-/// `<layer>.cache_v` (see feeds()) and, after executor::forward, append() stores the keys
-/// and values of the step's new positions. Exceeding the capacity throws capacity_error
-/// before anything is computed or overwritten.
+/// Storage for the states of a decoding graph: the inputs that have an output of the same
+/// name, [B, H, P, d_k] before the step and [B, H, P + T, d_k] after it
+/// (self_attention_cached's `<layer>.cache_k` and `<layer>.cache_v`, see
+/// nn::cache_state). For each it allocates one [B, H, capacity, d_k] block, once. A step
+/// (decode_step) feeds the first length() positions with room to grow (feed::with_room), so
+/// the graph writes the step's new keys and values straight into the blocks; append() then
+/// only advances length() (or copies the new rows when the graph could not write them in
+/// place). Exceeding the capacity throws capacity_error before anything is computed.
 template <class T>
 class kv_cache {
  public:
-  /// A cache for the attention layers named `layers` (their parameter prefixes, e.g.
-  /// "layers.0.self_attn"), for `batch` sequences, `heads` heads of `head_dim`, and at most
-  /// `capacity` positions.
-  kv_cache(std::vector<std::string> layers, std::int64_t batch, std::int64_t heads, std::int64_t head_dim,
-           std::int64_t capacity);
+  /// A cache for every state of the decoding graph `step` (its plan), for `batch` sequences
+  /// and at most `capacity` positions. Throws value_error when the graph has no state, when a
+  /// state is not [B, H, P, d_k] → [B, H, P + T, d_k] with H and d_k fixed, or when batch or
+  /// capacity is not positive.
+  kv_cache(const plan_view& step, std::int64_t batch, std::int64_t capacity);
+  /// The same, for a graph or an executor (anything with plan()).
+  template <class G>
+    requires requires(const G& g) {
+      { g.plan() } -> std::convertible_to<plan_view>;
+    }
+  kv_cache(const G& step, std::int64_t batch, std::int64_t capacity) : kv_cache(plan_view(step.plan()), batch, capacity) {}
 
   /// Positions cached so far (the bound value of the dim "P" in the next step).
   std::int64_t length() const { return length_; }
   std::int64_t capacity() const { return capacity_; }
   std::int64_t batch() const { return batch_; }
-  std::int64_t heads() const { return heads_; }
-  std::int64_t head_dim() const { return head_dim_; }
-  const std::vector<std::string>& layers() const { return layers_; }
+  /// The names of the states held, in the graph's (sorted) order.
+  std::vector<std::string> names() const;
   /// Bytes of key and value storage (allocated once, at construction).
   std::size_t bytes() const;
 
-  /// The inputs `<layer>.cache_k` / `<layer>.cache_v` [B, H, length, d_k] for a step that
-  /// adds `new_positions`, read in place (no copy). Throws capacity_error if
-  /// length() + new_positions exceeds the capacity.
-  std::vector<feed> feeds(std::int64_t new_positions) const;
-  /// Stores the keys and values of the last step's `new_positions` positions (read from the
-  /// concat<time> nodes that consume the cache inputs in `run`) and advances length().
-  /// Throws shape_error if `run` did not just run a step over this cache's length.
-  void append(const executor<T>& run, std::int64_t new_positions);
+  /// The states as feeds [B, H, length(), d_k] with room for capacity() positions, borrowed
+  /// from the cache: a step's forward() may write the new positions into them.
+  std::vector<feed> feeds();
+  /// Takes the positions that `run`'s last forward() (fed with feeds()) added: reads each
+  /// state's output, which must be [B, H, length() + n, d_k] with one n ≥ 0 for all, copies
+  /// rows length() .. length() + n unless the graph wrote them in place, and advances length()
+  /// by n (returned). Throws shape_error when an output does not fit (was the step run with
+  /// this cache's feeds?), capacity_error past the capacity; the cache is unchanged then.
+  std::int64_t append(const executor<T>& run);
   /// Forgets every position: the cache is ready for a new prompt.
   void reset() { length_ = 0; }
   /// Rewinds to `length` positions (≤ length()), e.g. to retry from an earlier point.
   void truncate(std::int64_t length);
-  /// A copy of the cached keys (or values) of one layer: [B, H, length, d_k].
-  tensor<T> keys(int layer) const { return copy_out(keys_.at(static_cast<std::size_t>(layer))); }
-  tensor<T> values(int layer) const { return copy_out(values_.at(static_cast<std::size_t>(layer))); }
+  /// A copy of the cached positions of the state `name`: [B, H, length(), d_k]. Throws
+  /// missing_error for a name the cache does not hold.
+  tensor<T> state(std::string_view name) const;
 
  private:
-  tensor<T> copy_out(const tensor<T>& block) const;
-  std::vector<std::string> layers_;
-  std::vector<std::string> input_names_;  // "<layer>.cache_k", "<layer>.cache_v" per layer, in order
-  std::int64_t batch_, heads_, head_dim_, capacity_, length_ = 0;
-  std::vector<tensor<T>> keys_, values_;  // [B, H, capacity, d_k] each
+  struct block {
+    std::string name;
+    std::int64_t heads = 0, head_dim = 0;
+    tensor<T> storage;  // [B, H, capacity, d_k]
+  };
+  const block& find(std::string_view name) const;
+  std::vector<block> blocks_;
+  std::int64_t batch_, capacity_, length_ = 0;
 };
+
+/// One decoding step: feeds the cache's states and `feeds` (tokens, positions, the projected
+/// memory, ...) to `run`, runs forward(), and appends the step's new positions to the cache.
+/// Returns their number. Throws what forward() throws — capacity_error when the step would
+/// exceed the cache — and then leaves the cache's length unchanged.
+template <class T>
+std::int64_t decode_step(executor<T>& run, kv_cache<T>& cache, std::span<const feed> feeds);
+template <class T>
+std::int64_t decode_step(executor<T>& run, kv_cache<T>& cache, std::initializer_list<feed> feeds) {
+  return decode_step(run, cache, std::span<const feed>(feeds.begin(), feeds.size()));
+}
 
 extern template class kv_cache<float>;
 extern template class kv_cache<double>;

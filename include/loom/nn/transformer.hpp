@@ -174,33 +174,15 @@ constexpr auto embed(Tok tokens, Pos positions, Seed seed) {
 template <class Mode>
 using seed_t = std::conditional_t<std::is_same_v<Mode, train_mode>, input_node<"seed", shape<fix<2>>, int>, none>;
 
-/// "<stack>.layers.{i}<suffix>" for i < count (no "<stack>." when the stack has no name), the
-/// run-time twin of layer_name().
-inline std::vector<std::string> layer_names(std::string_view stack, long count, std::string_view suffix) {
-  std::vector<std::string> r;
-  for (long i = 0; i < count; ++i)
-    r.push_back((stack.empty() ? std::string() : std::string(stack) + ".") + "layers." + std::to_string(i) +
-                std::string(suffix));
-  return r;
-}
-
-/// The projected memory of every decoder layer's cross-attention: (k, v) per layer, in order.
+/// The projected memory of every decoder layer's cross-attention, as the outputs
+/// `decoder.layers.{i}.multihead_attn.memory_k` / `memory_v` that the decoding graph takes as
+/// inputs of the same names (see cross_attention_memory).
 template <transformer_config C, class Mem>
 constexpr auto decoder_cross_memory(Mem memory) {
   return [&]<std::size_t... I>(std::index_sequence<I...>) {
     return std::tuple_cat(
         cross_attention_memory<layer_name<"decoder", I>() + ".multihead_attn", static_cast<int>(C.heads)>(memory)...);
   }(std::make_index_sequence<static_cast<std::size_t>(C.decoder_layers)>{});
-}
-
-/// The decoding graph's inputs for decoder_cross_memory()'s tensors, in the same order.
-inline std::vector<std::string> decoder_memory_inputs(long layers) {
-  std::vector<std::string> r;
-  for (const auto& layer : layer_names("decoder", layers, ".multihead_attn")) {
-    r.push_back(layer + ".memory_k");
-    r.push_back(layer + ".memory_v");
-  }
-  return r;
 }
 
 }  // namespace detail
@@ -212,9 +194,10 @@ inline std::vector<std::string> decoder_memory_inputs(long layers) {
 ///   output(): decoder stack (causal self-attention, PyTorch's tgt_mask) + decoder.norm -> [B, T, D]
 /// Same parameter names as nn.Transformer's state_dict, so its weights load directly.
 /// decode_mode: output() runs the decoder over new target positions tgt_x [B, T, D] only,
-/// with the self-attention keys and values of past positions from a kv_cache
-/// (cached_layers()) and the cross-attention memory projected once per source by the
-/// eval_mode body's cross_memory() (inputs memory_inputs()). The body has no positional
+/// with the self-attention keys and values of past positions from a kv_cache (its states
+/// `decoder.layers.{i}.self_attn.cache_k` / `cache_v`) and the cross-attention memory
+/// projected once per source by the eval_mode body's cross_memory() (named outputs, fed to
+/// the step by name with executor::named_feeds()). The body has no positional
 /// encoding, so decoding needs no positions: prefill + one-token steps give the full output.
 template <transformer_config C, class Mode = eval_mode>
 struct transformer_body {
@@ -241,14 +224,9 @@ struct transformer_body {
   }
 
   /// For decoding: the projected memory [B, H, S, d_k] of every decoder layer's
-  /// cross-attention, in the order of memory_inputs(), computed once per source.
+  /// cross-attention, computed once per source, as named outputs that the decoding graph
+  /// takes as inputs of the same names (executor::named_feeds()).
   static constexpr auto cross_memory() { return detail::decoder_cross_memory<C>(memory()); }
-  /// Names of the decoding graph's memory inputs, matching cross_memory()'s order.
-  static std::vector<std::string> memory_inputs() { return detail::decoder_memory_inputs(C.decoder_layers); }
-  /// The decoder's self-attention layers a kv_cache must hold, in order.
-  static std::vector<std::string> cached_layers() {
-    return detail::layer_names("decoder", C.decoder_layers, ".self_attn");
-  }
 };
 
 /// A decoder-only language model (GPT-like): embed, then `C.decoder_layers` layers of
@@ -256,7 +234,8 @@ struct transformer_body {
 /// named layers.{i}.*), a final LayerNorm `norm`, and `lm_head` to C.tgt_vocab logits.
 ///   inputs:  tokens [B, T] (int); train/eval: positions 0..T−1; decode: positions [B, T]
 ///            (int) and first [B] (int: the first real key of each right-aligned prompt),
-///            plus the cache inputs layers.{i}.self_attn.cache_k / cache_v [B, H, P, d_k];
+///            plus the cache states layers.{i}.self_attn.cache_k / cache_v [B, H, P, d_k]
+///            (inputs, and outputs [B, H, P + T, d_k] of the same names: see kv_cache);
 ///            train with dropout: seed [2] (int)
 ///   output:  logits [B, T, V]
 template <transformer_config C, class Mode = eval_mode>
@@ -277,8 +256,6 @@ struct language_model {
       return linear<"lm_head", C.tgt_vocab>(layer_norm<"norm", C.eps>(h));
     }
   }
-  /// The attention layers a kv_cache must hold, in order.
-  static std::vector<std::string> cached_layers() { return detail::layer_names("", C.decoder_layers, ".self_attn"); }
 };
 
 /// An encoder–decoder Transformer (nn.Transformer plus embeddings and a generator).
@@ -323,15 +300,10 @@ struct seq2seq {
     return cross_entropy<PadId, LabelSmoothing>(logits(), target{});
   }
 
-  /// For decoding: the projected memory of every decoder layer's cross-attention, in the
-  /// order of memory_inputs(), computed once per source from memory().
+  /// For decoding: the projected memory of every decoder layer's cross-attention, computed
+  /// once per source from memory(), as named outputs that the decoding graph takes as inputs
+  /// of the same names (executor::named_feeds()).
   static constexpr auto cross_memory() { return detail::decoder_cross_memory<C>(memory()); }
-  /// Names of the decoding graph's memory inputs, matching cross_memory()'s order.
-  static std::vector<std::string> memory_inputs() { return detail::decoder_memory_inputs(C.decoder_layers); }
-  /// The decoder's self-attention layers a kv_cache must hold, in order.
-  static std::vector<std::string> cached_layers() {
-    return detail::layer_names("decoder", C.decoder_layers, ".self_attn");
-  }
 };
 
 }  // namespace loom::nn

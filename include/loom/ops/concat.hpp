@@ -3,6 +3,8 @@
 //   concat<Axis>(x_1, ..., x_n): every x_i has the same dims except along Axis;
 //       y's Axis dim is their sum (P + T for a cache of P keys and T new ones).
 //       backward: dx_i = the slice of dy that x_i filled.
+//       Along the rows (axis −2), y may be x_1's storage grown in place (feed::with_room):
+//       then only x_2, ... are copied (a KV cache's append, without copying the cache).
 //   slice<Axis, Begin, Size>(x): y = x[.., Begin : Begin + Size, ..] along Axis (dims as types:
 //       fix<N> or dyn<"P">).  backward: dx[.., Begin : Begin + Size, ..] += dy.
 //   split<Axis, N>(x): N equal slices of a fixed axis, as a std::tuple (structured bindings).
@@ -62,12 +64,19 @@ constexpr bool concat_reads_strided(const node_desc& node, int) {
   return node.rank >= 2 && load_attrs<concat_attrs>(node).axis >= node.rank - 2;
 }
 
+/// concat along the rows (axis −2) can grow its first operand's storage in place when that
+/// has room (a KV cache's keys, fed with feed::with_room): it then writes only the new rows.
+constexpr bool concat_appends_to_input(const node_desc& node) {
+  return node.rank >= 2 && load_attrs<concat_attrs>(node).axis == node.rank - 2;
+}
+
 inline constexpr op_entry concat_entry{
     .name = "concat",
     .id = 8,
     .f32 = kernels_of<ops::concat_kernel, float>(),
     .f64 = kernels_of<ops::concat_kernel, double>(),
     .reads_strided = &concat_reads_strided,
+    .appends_to_input = &concat_appends_to_input,
     .writes_fresh = true,
 };
 LOOM_REGISTER_OP(concat_entry);

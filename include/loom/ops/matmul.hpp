@@ -38,11 +38,16 @@ struct matmul_attrs {
   constexpr auto fields() { return std::tie(trans_a, trans_b); }
 };
 
+/// matmul reads operands whose matrices lie further apart than their size in place (each
+/// matrix is one GEMM operand: a KV cache's keys grown in place, say).
+constexpr bool matmul_reads_strided(const node_desc&, int) { return true; }
+
 inline constexpr op_entry matmul_entry{
     .name = "matmul",
     .id = 2,
     .f32 = kernels_of<ops::matmul_kernel, float>(),
     .f64 = kernels_of<ops::matmul_kernel, double>(),
+    .reads_strided = &matmul_reads_strided,
     .writes_fresh = true,
     .backward_reads = reads({0, 1}),
 };

@@ -1,0 +1,55 @@
+// named: gives a node a name by which the executor reads it after forward — an output of the
+// graph wherever it appears (say, the updated keys of a KV cache inside a decoding layer).
+//
+//   named<"logits">(x) = x          (a view: the same buffer, nothing is copied)
+//   backward: dx = dy
+//
+// A named node's value is kept to the end of the step, like an output of make_graph: read it
+// with executor::output("logits"). Names are unique within a graph (two different nodes named
+// alike do not compile). A named node whose name is also an input's is that input's next
+// value: a *state* of the graph (nn::kv_cache feeds `<layer>.cache_k` and reads it back).
+#pragma once
+
+#include "loom/core/node.hpp"
+
+namespace loom {
+
+namespace ops {
+template <class T>
+struct named_kernel {  // ops/named.cpp
+  static void forward(const op_args<T>& a);
+  static void backward(const op_args<T>& a);
+};
+}  // namespace ops
+
+inline constexpr op_entry named_entry{
+    .name = "named",
+    .id = 24,
+    .f32 = kernels_of<ops::named_kernel, float>(),
+    .f64 = kernels_of<ops::named_kernel, double>(),
+    .is_view = true,
+    .writes_fresh = true,
+    .is_named_output = true,
+};
+LOOM_REGISTER_OP(named_entry);
+
+/// The op of named<Name>(x): identity, with the name in the node's descriptor.
+template <fixed_string Name>
+struct named_op {
+  static_assert(Name.length > 0, "named<\"\">: a named output needs a name");
+  static constexpr const op_entry& entry = named_entry;
+  static constexpr std::string_view name = Name.view();
+  template <class S>
+  struct rule {
+    using type = S;
+  };
+};
+
+/// x under the name `Name`: kept after forward and read with executor::output(Name).
+template <fixed_string Name, class X>
+constexpr node<named_op<Name>, X> named(X) {
+  static_assert(is_node<X>, "named<Name>(x): x must be a graph node");
+  return {};
+}
+
+}  // namespace loom

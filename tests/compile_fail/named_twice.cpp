@@ -1,0 +1,8 @@
+// expect: make_graph: two different nodes have the same name
+// max-bytes: 6000
+#include "loom/loom.hpp"
+using namespace loom;
+auto bad() {
+  auto x = input<"x", shape<fix<2>, fix<3>>>();
+  return make_graph(named<"y">(scale<2.0>(x)), named<"y">(scale<3.0>(x)));
+}
