@@ -2,6 +2,7 @@
 // node's buffers (parameters live in the store, inputs in their feeds, views in their input's
 // buffer), and the kernels' arguments built from them.
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 
 #include "executor_impl.hpp"
@@ -26,6 +27,7 @@ void executor<T>::impl::allocate() {
     sizes[b] = aligned(dims[node].size());
   }
   planned_elems = detail::place_buffers(buffers, sizes, buffer_offset);
+  if (check_placement) verify_placement(sizes);
   off_val.assign(n, 0);
   off_grad.assign(n, 0);
   off_val_bwd.assign(n, 0);
@@ -38,6 +40,26 @@ void executor<T>::impl::allocate() {
   const std::int64_t want = mem ? std::max(planned_elems, 2 * mem_elems) : planned_elems;
   mem.reset(new T[static_cast<std::size_t>(std::max<std::int64_t>(want, 1))]());
   mem_elems = want;
+}
+
+// With LOOM_CHECK_MEMORY_PLAN set in the environment (the tests set it): every two buffers
+// whose bytes overlap must have disjoint lifetimes, or allocate() throws. A check of the
+// planner by its own output, for every graph a program runs.
+template <class T>
+void executor<T>::impl::verify_placement(std::span<const std::int64_t> sizes) const {
+  const auto& bs = buffers.buffers;
+  for (std::size_t a = 0; a < bs.size(); ++a)
+    for (std::size_t b = a + 1; b < bs.size(); ++b) {
+      if (sizes[a] == 0 || sizes[b] == 0) continue;
+      const std::int64_t oa = buffer_offset[a], ob = buffer_offset[b];
+      if (!(oa < ob + sizes[b] && ob < oa + sizes[a])) continue;
+      const bool disjoint = (!bs[a].pinned && bs[a].last < bs[b].first) || (!bs[b].pinned && bs[b].last < bs[a].first);
+      if (!disjoint)
+        throw error("memory plan: the buffers of " + plan.describe(bs[a].node) + " and " + plan.describe(bs[b].node) +
+                    " share bytes while both are alive (steps " + std::to_string(bs[a].first) + "-" +
+                    std::to_string(bs[a].last) + " and " + std::to_string(bs[b].first) + "-" +
+                    std::to_string(bs[b].last) + ")");
+    }
 }
 
 // The addresses of every node's value and gradient, in topological order (a view's come
@@ -170,6 +192,7 @@ void executor<T>::impl::plan_appends() {
 #define LOOM_BUFFERS(T)                                   \
   template void executor<T>::impl::plan_appends();        \
   template void executor<T>::impl::allocate();            \
+  template void executor<T>::impl::verify_placement(std::span<const std::int64_t>) const; \
   template void executor<T>::impl::place_buffers();       \
   template void executor<T>::impl::refresh_edges();       \
   template void executor<T>::impl::copy_strided_feeds();  \

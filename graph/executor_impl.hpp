@@ -7,6 +7,7 @@
 #pragma once
 
 #include <array>
+#include <cstdlib>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -82,6 +83,8 @@ struct executor<T>::impl {
   bool same_binding(std::span<const feed> given) const;
 
   void allocate();
+  void verify_placement(std::span<const std::int64_t> sizes) const;
+  const bool check_placement = std::getenv("LOOM_CHECK_MEMORY_PLAN") != nullptr;
   void place_buffers();
   void refresh_edges();
   void copy_strided_feeds();

@@ -7,6 +7,7 @@
 #include "kernel.hpp"
 #include "loom/ops/add.hpp"
 #include "parallel.hpp"
+#include "reduce.hpp"
 
 namespace loom::ops {
 
@@ -37,17 +38,8 @@ void add_kernel<T>::backward(const op_args<T>& a) {
       });
     });
   }
-  if (T* db = a.grad(1)) {
-    const std::int64_t rows = n / m;
-    // columns in parallel; each column summed over rows in order
-    const bool fresh = a.fresh(1);
-    for_chunks(m, grain_for(rows, 1 << 15), [&](std::int64_t j0, std::int64_t j1) {
-      if (fresh)
-        for (std::int64_t j = j0; j < j1; ++j) db[j] = T(0);
-      for (std::int64_t r = 0; r < rows; ++r)
-        for (std::int64_t j = j0; j < j1; ++j) db[j] += dy[r * m + j];
-    });
-  }
+  if (T* db = a.grad(1))  // db = Σ_rows dy
+    sum_over_rows(n / m, m, column_sum{db, a.fresh(1), [&](std::int64_t r, std::int64_t j) { return dy[r * m + j]; }});
 }
 
 template <class T>

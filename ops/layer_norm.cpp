@@ -11,10 +11,11 @@
 #include "kernel.hpp"
 #include "loom/ops/layer_norm.hpp"
 #include "parallel.hpp"
+#include "reduce.hpp"
 #include "vmath.hpp"
 
 namespace loom::ops {
-namespace {
+namespace layer_norm_rows {  // named, not anonymous: the kernels' lambdas capture these types
 
 template <class T>
 struct row_stats {
@@ -35,7 +36,8 @@ row_stats<T> stats_of(const T* x, std::int64_t d, double eps) {
   return {mean, static_cast<T>(1.0 / std::sqrt(static_cast<double>(sq) / static_cast<double>(d) + eps))};
 }
 
-}  // namespace
+}  // namespace layer_norm_rows
+using namespace layer_norm_rows;
 
 template <class T>
 void layer_norm_kernel<T>::forward(const op_args<T>& a) {
@@ -63,11 +65,6 @@ void layer_norm_kernel<T>::backward(const op_args<T>& a) {
   T* dbeta = a.grad(2);
   const std::int64_t d = a.out_dims[-1];
   const std::int64_t rows = d ? a.out_dims.size() / d : 0;
-  if (rows == 0) {  // no rows: the parameter gradients get nothing
-    if (dgamma && a.fresh(1)) std::fill(dgamma, dgamma + d, T(0));
-    if (dbeta && a.fresh(2)) std::fill(dbeta, dbeta + d, T(0));
-    return;
-  }
   const double eps = a.template attrs<layer_norm_attrs>().eps;
   const T* x = a.input(0);
   const T* gamma = a.input(1);
@@ -77,46 +74,35 @@ void layer_norm_kernel<T>::backward(const op_args<T>& a) {
   for_chunks(rows, grain_for(3 * d), [&](std::int64_t r0, std::int64_t r1) {
     for (std::int64_t r = r0; r < r1; ++r) stats[static_cast<std::size_t>(r)] = stats_of(x + r * d, d, eps);
   });
-  const bool fresh_x = a.fresh(0), fresh_gamma = a.fresh(1), fresh_beta = a.fresh(2);
   if (dx) {
-    for_chunks(rows, grain_for(8 * d), [&](std::int64_t r0, std::int64_t r1) {
-      std::vector<T> g(static_cast<std::size_t>(d)), xhat(static_cast<std::size_t>(d));
-      for (std::int64_t r = r0; r < r1; ++r) {
-        const row_stats<T> s = stats[static_cast<std::size_t>(r)];
-        const T* xr = x + r * d;
-        const T* dyr = dy + r * d;
-        for (std::int64_t j = 0; j < d; ++j) {
-          g[static_cast<std::size_t>(j)] = dyr[j] * gamma[j];
-          xhat[static_cast<std::size_t>(j)] = (xr[j] - s.mean) * s.rstd;
+    with_fresh(a.fresh(0), [&](auto fresh) {
+      for_chunks(rows, grain_for(8 * d), [&](std::int64_t r0, std::int64_t r1) {
+        std::vector<T> g(static_cast<std::size_t>(d)), xhat(static_cast<std::size_t>(d));
+        for (std::int64_t r = r0; r < r1; ++r) {
+          const row_stats<T> s = stats[static_cast<std::size_t>(r)];
+          const T* xr = x + r * d;
+          const T* dyr = dy + r * d;
+          for (std::int64_t j = 0; j < d; ++j) {
+            g[static_cast<std::size_t>(j)] = dyr[j] * gamma[j];
+            xhat[static_cast<std::size_t>(j)] = (xr[j] - s.mean) * s.rstd;
+          }
+          const T mean_g = lane_sum(g.data(), d) / static_cast<T>(d);
+          const T mean_gx = lane_dot(g.data(), xhat.data(), d) / static_cast<T>(d);
+          T* dxr = dx + r * d;
+          for (std::int64_t j = 0; j < d; ++j)
+            put<fresh()>(dxr[j], s.rstd * (g[static_cast<std::size_t>(j)] - mean_g -
+                                           xhat[static_cast<std::size_t>(j)] * mean_gx));
         }
-        const T mean_g = lane_sum(g.data(), d) / static_cast<T>(d);
-        const T mean_gx = lane_dot(g.data(), xhat.data(), d) / static_cast<T>(d);
-        T* dxr = dx + r * d;
-        if (fresh_x)
-          for (std::int64_t j = 0; j < d; ++j)
-            dxr[j] = s.rstd * (g[static_cast<std::size_t>(j)] - mean_g - xhat[static_cast<std::size_t>(j)] * mean_gx);
-        else
-          for (std::int64_t j = 0; j < d; ++j)
-            dxr[j] += s.rstd * (g[static_cast<std::size_t>(j)] - mean_g - xhat[static_cast<std::size_t>(j)] * mean_gx);
-      }
+      });
     });
   }
-  if (dgamma || dbeta) {
-    // at least 16 columns (a cache line of floats) per chunk: each chunk reads every row
-    for_chunks(d, std::max<std::int64_t>(grain_for(2 * rows), 16), [&](std::int64_t j0, std::int64_t j1) {
-      if (dgamma && fresh_gamma) std::fill(dgamma + j0, dgamma + j1, T(0));
-      if (dbeta && fresh_beta) std::fill(dbeta + j0, dbeta + j1, T(0));
-      for (std::int64_t r = 0; r < rows; ++r) {
-        const row_stats<T> s = stats[static_cast<std::size_t>(r)];
-        const T* xr = x + r * d;
-        const T* dyr = dy + r * d;
-        if (dgamma)
-          for (std::int64_t j = j0; j < j1; ++j) dgamma[j] += dyr[j] * ((xr[j] - s.mean) * s.rstd);
-        if (dbeta)
-          for (std::int64_t j = j0; j < j1; ++j) dbeta[j] += dyr[j];
-      }
-    });
-  }
+  // dgamma = Σ_rows dy ⊙ x̂, dbeta = Σ_rows dy, in one pass
+  auto xhat = [&](std::int64_t r, std::int64_t j) {
+    const row_stats<T> s = stats[static_cast<std::size_t>(r)];
+    return (x[r * d + j] - s.mean) * s.rstd;
+  };
+  sum_over_rows(rows, d, column_sum{dgamma, a.fresh(1), [&](std::int64_t r, std::int64_t j) { return dy[r * d + j] * xhat(r, j); }},
+                column_sum{dbeta, a.fresh(2), [&](std::int64_t r, std::int64_t j) { return dy[r * d + j]; }});
 }
 
 template struct layer_norm_kernel<float>;

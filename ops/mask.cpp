@@ -30,25 +30,36 @@ void apply_range(const op_args<T>& a, bool backward, Kept kept) {
   T* dx = backward ? a.grad(0) : nullptr;
   if (backward && !dx) return;
   const T* dy = a.dout;
-  const bool fresh = backward && a.fresh(0);
   const T neg_inf = -std::numeric_limits<T>::infinity();
+  auto range = [&](std::int64_t r) {
+    auto [lo, hi] = kept(r);
+    lo = std::clamp<std::int64_t>(lo, 0, s);
+    return std::pair<std::int64_t, std::int64_t>{lo, std::clamp<std::int64_t>(hi, lo, s)};
+  };
+  if (backward) {
+    with_fresh(a.fresh(0), [&](auto fresh) {
+      for_chunks(rows, grain_for(row_work * s), [&](std::int64_t r0, std::int64_t r1) {
+        for (std::int64_t r = r0; r < r1; ++r) {
+          const auto [lo, hi] = range(r);
+          T* dxr = dx + r * s;
+          const T* dyr = dy + r * s;
+          if constexpr (fresh()) {  // masked scores get no gradient: zeros
+            std::fill(dxr, dxr + lo, T(0));
+            std::fill(dxr + hi, dxr + s, T(0));
+          }
+          for (std::int64_t j = lo; j < hi; ++j) put<fresh()>(dxr[j], dyr[j]);
+        }
+      });
+    });
+    return;
+  }
   for_chunks(rows, grain_for(row_work * s), [&](std::int64_t r0, std::int64_t r1) {
     for (std::int64_t r = r0; r < r1; ++r) {
-      auto [lo, hi] = kept(r);
-      lo = std::clamp<std::int64_t>(lo, 0, s);
-      hi = std::clamp<std::int64_t>(hi, lo, s);
+      const auto [lo, hi] = range(r);
       const std::int64_t e = r * s;
-      if (backward && fresh) {  // masked scores get no gradient: zeros
-        for (std::int64_t j = 0; j < lo; ++j) dx[e + j] = T(0);
-        for (std::int64_t j = lo; j < hi; ++j) dx[e + j] = dy[e + j];
-        for (std::int64_t j = hi; j < s; ++j) dx[e + j] = T(0);
-      } else if (backward) {
-        for (std::int64_t j = lo; j < hi; ++j) dx[e + j] += dy[e + j];
-      } else {
-        for (std::int64_t j = 0; j < lo; ++j) y[e + j] = neg_inf;
-        for (std::int64_t j = lo; j < hi; ++j) y[e + j] = x[e + j];
-        for (std::int64_t j = hi; j < s; ++j) y[e + j] = neg_inf;
-      }
+      for (std::int64_t j = 0; j < lo; ++j) y[e + j] = neg_inf;
+      for (std::int64_t j = lo; j < hi; ++j) y[e + j] = x[e + j];
+      for (std::int64_t j = hi; j < s; ++j) y[e + j] = neg_inf;
     }
   });
 }
@@ -111,16 +122,23 @@ void boolean(const op_args<T>& a, bool backward) {
   const T* dy = a.dout;
   T* y = a.out;
   const T neg_inf = -std::numeric_limits<T>::infinity();
+  if (backward) {
+    with_fresh(a.fresh(0), [&](auto fresh) {
+      for_chunks(rows, grain_for(row_work * s), [&](std::int64_t r0, std::int64_t r1) {
+        for (std::int64_t r = r0; r < r1; ++r) {
+          const std::uint8_t* mr = m + row_off[static_cast<std::size_t>(r)];
+          const std::int64_t e = r * s;
+          for (std::int64_t j = 0; j < s; ++j) put<fresh()>(dx[e + j], mr[j * last_stride] ? dy[e + j] : T(0));
+        }
+      });
+    });
+    return;
+  }
   for_chunks(rows, grain_for(row_work * s), [&](std::int64_t r0, std::int64_t r1) {
     for (std::int64_t r = r0; r < r1; ++r) {
       const std::uint8_t* mr = m + row_off[static_cast<std::size_t>(r)];
       const std::int64_t e = r * s;
-      if (backward && a.fresh(0))
-        for (std::int64_t j = 0; j < s; ++j) dx[e + j] = mr[j * last_stride] ? dy[e + j] : T(0);
-      else if (backward)
-        for (std::int64_t j = 0; j < s; ++j) dx[e + j] += mr[j * last_stride] ? dy[e + j] : T(0);
-      else
-        for (std::int64_t j = 0; j < s; ++j) y[e + j] = mr[j * last_stride] ? x[e + j] : neg_inf;
+      for (std::int64_t j = 0; j < s; ++j) y[e + j] = mr[j * last_stride] ? x[e + j] : neg_inf;
     }
   });
 }

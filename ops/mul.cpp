@@ -7,6 +7,7 @@
 #include "kernel.hpp"
 #include "loom/ops/mul.hpp"
 #include "parallel.hpp"
+#include "reduce.hpp"
 
 namespace loom::ops {
 
@@ -41,13 +42,8 @@ void mul_kernel<T>::backward(const op_args<T>& a) {
         for (std::int64_t j = 0; j < m; ++j) dx[r * m + j] += dy[r * m + j] * b[j];
     });
   }
-  if (T* db = a.grad(1)) {
-    // at least 16 columns (a cache line of floats) per chunk: each chunk reads every row
-    for_chunks(m, std::max<std::int64_t>(grain_for(2 * rows), 16), [&](std::int64_t j0, std::int64_t j1) {
-      for (std::int64_t r = 0; r < rows; ++r)
-        for (std::int64_t j = j0; j < j1; ++j) db[j] += dy[r * m + j] * x[r * m + j];
-    });
-  }
+  if (T* db = a.grad(1))  // db += Σ_rows dy ⊙ x
+    sum_over_rows(rows, m, column_sum{db, false, [&](std::int64_t r, std::int64_t j) { return dy[r * m + j] * x[r * m + j]; }});
 }
 
 template struct mul_kernel<float>;

@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "loom/loom.hpp"
+#include "loom/nn/kv_cache.hpp"
 #include "loom/nn/transformer.hpp"
 #include "test_support.hpp"
 
@@ -233,4 +234,24 @@ TEST_CASE("ops running in place (forward and backward) give the same bits as wit
   INFO(r.str(-1));
   CHECK(r.in_place >= 2);  // mask_bool and softmax over scale's buffer
   CHECK(r.peak_bytes < r.unshared_bytes);
+}
+
+TEST_CASE("a decoding step's arena is known before running and holds no copy of the cache") {
+  constexpr nn::transformer_config lm{.d_model = 16, .heads = 2, .ffn = 24, .decoder_layers = 2, .tgt_vocab = 9};
+  auto step = make_graph(nn::language_model<lm, nn::decode_mode>::logits());
+  auto p = step.make_params<float>(1);
+  auto run = step.executor<float>(p, {.inference = true});
+  nn::kv_cache<float> cache(step, 1, 2000);
+  const tensor<std::int32_t> first = ints({1}, {0});
+  auto tokens = [](std::int64_t n) { return tensor<std::int32_t>(dims_t{1, n}); };
+  nn::decode_step(run, cache, {{"tokens", tokens(5)}, {"positions", tokens(5)}, {"first", first}});
+  nn::decode_step(run, cache, {{"tokens", tokens(1)}, {"positions", tokens(1)}, {"first", first}});
+  const auto planned = step.memory_plan<float>({{"B", 1}, {"T", 1}, {"P", 5}}, {.inference = true});
+  INFO(planned.str());
+  CHECK(run.planned_bytes() == planned.peak_bytes);
+  for (const auto& b : planned.buffers) CHECK(b.shape.find("P + T, 8]") == std::string::npos);  // no keys/values
+  // a thousand more cached positions add only a few rows of scores [1, 2, 1, P + 1], not the cache
+  const auto long_cache = step.memory_plan<float>({{"B", 1}, {"T", 1}, {"P", 1005}}, {.inference = true});
+  INFO(long_cache.str());
+  CHECK(long_cache.peak_bytes - planned.peak_bytes <= 4 * (2 * 1000 + 16) * sizeof(float));
 }
