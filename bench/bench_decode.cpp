@@ -106,10 +106,18 @@ int main(int argc, char** argv) {
     std::vector<int> cached_tokens, recomputed_tokens;
     cached_steps(run_step, cache, prompt, 8, nullptr);  // warm-up
     std::vector<double> runs;
-    std::vector<double> per_step;
+    std::vector<std::vector<double>> steps;  // per repetition, per step
     for (int rep = 0; rep < (quick ? 1 : 5); ++rep) {
-      per_step = cached_steps(run_step, cache, prompt, n, &cached_tokens);
-      runs.push_back(mean(per_step, 0, per_step.size()));
+      steps.push_back(cached_steps(run_step, cache, prompt, n, &cached_tokens));
+      runs.push_back(mean(steps.back(), 0, steps.back().size()));
+    }
+    // each step's median over the repetitions: a burst of load on a shared machine in one
+    // repetition does not move the per-position figures
+    std::vector<double> per_step(steps[0].size());
+    for (std::size_t i = 0; i < per_step.size(); ++i) {
+      std::vector<double> at;
+      for (const auto& r : steps) at.push_back(r[i]);
+      per_step[i] = median(at);
     }
     const double cached = median(runs);
     auto recompute = recompute_steps(run_full, prompt, quick ? std::min(n, 64) : n, &recomputed_tokens);
@@ -123,7 +131,7 @@ int main(int argc, char** argv) {
     }
   }
   if (!quick) {
-    std::printf("\nper-token cost by position while generating 512 tokens (ms):\n");
+    std::printf("\nper-token cost by position while generating 512 tokens (ms; cached: each step's median of 5 runs):\n");
     std::printf("%12s %10s %12s\n", "positions", "cached", "recompute");
     for (std::size_t b = 0; b + 64 <= cached_512.size() + 1; b += 64) {
       const std::size_t e = std::min(b + 64, cached_512.size());

@@ -22,6 +22,12 @@ void executor<T>::impl::allocate() {
   for (std::size_t b = 0; b < sizes.size(); ++b) {
     const int node = buffers.buffers[b].node;
     if (node < 0) continue;  // merged into another buffer (in place)
+    if (buffers.buffers[b].saved) {
+      std::vector<dims_t> in;
+      for (int x : plan.inputs(node)) in.push_back(dims[x]);
+      sizes[b] = aligned(plan.order[node]->op->saved_elements(plan.order[node]->fused, dims[node], in));
+      continue;
+    }
     const bool input = plan.order[node]->op->role == node_role::input;
     if (!buffers.buffers[b].grad && ((input && !materialize[node]) || appended[node])) continue;  // in its feed
     sizes[b] = aligned(dims[node].size());
@@ -31,7 +37,9 @@ void executor<T>::impl::allocate() {
   off_val.assign(n, 0);
   off_grad.assign(n, 0);
   off_val_bwd.assign(n, 0);
+  off_saved.assign(n, 0);
   for (int i = 0; i < n; ++i) {
+    if (buffers.saved_buf[i] >= 0) off_saved[i] = buffer_offset[buffers.saved_buf[i]];
     if (buffers.val_buf[i] >= 0) off_val[i] = buffer_offset[buffers.val_buf[i]];
     if (buffers.val_buf_bwd[i] >= 0) off_val_bwd[i] = buffer_offset[buffers.val_buf_bwd[i]];
     if (buffers.grad_buf[i] >= 0) off_grad[i] = buffer_offset[buffers.grad_buf[i]];
@@ -138,6 +146,8 @@ ops::op_args<T> executor<T>::impl::args(int i) const {
   a.din_fresh = std::span(sched.edge_fresh).subspan(first, count);
   a.dout = grad[i];
   a.training = opts.training;
+  a.fused = plan.order[i]->fused;
+  a.saved = buffers.saved_buf[i] >= 0 ? mem.get() + off_saved[i] : nullptr;
   return a;
 }
 

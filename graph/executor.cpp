@@ -4,7 +4,9 @@
 // executor_impl.hpp.
 #include "loom/graph/executor.hpp"
 
+#include <cstdlib>
 #include <cstring>
+#include <string_view>
 #include <string>
 
 #include <oneapi/tbb/info.h>
@@ -15,16 +17,26 @@
 namespace loom {
 
 template <class T>
-executor<T>::impl::impl(plan_view p, param_store<T>& ps, exec_options o) : plan(p), params(&ps), opts(o) {
+executor<T>::impl::impl(plan_view p, param_store<T>& ps, exec_options o) : original(p), params(&ps), opts(o) {
   if (opts.inference) opts.training = false;
-  n = plan.size();
   make_arena();
-  leaf.resize(n);
-  needs_grad.resize(n);
-  kernels.resize(n);
+  for (int i = 0; i < original.size(); ++i) index.emplace(original.order[i], i);
+  keep_original.assign(original.size(), 0);
+  adopt_plan();
+}
+
+// The plan this executor runs: the original with its fusions (unless exec_options::fuse is
+// off, or keep_all), and everything derived from it. Again after keep().
+template <class T>
+void executor<T>::impl::adopt_plan() {
+  rewritten = detail::rewrite(original, keep_original, opts.fuse && !opts.keep_all);
+  plan = rewritten->view;
+  n = plan.size();
+  leaf.assign(n, 0);
+  needs_grad.assign(n, 0);
+  kernels.assign(n, {});
   for (int i = 0; i < n; ++i) {
     const node_desc* d = plan.order[i];
-    index.emplace(d, i);
     leaf[i] = d->op->role != node_role::op;
     needs_grad[i] = !opts.inference && (plan.from_param[i] || (opts.input_grads && plan.from_input[i]));
     kernels[i] = ops::kernels_for<T>(*d->op);
@@ -42,12 +54,15 @@ executor<T>::impl::impl(plan_view p, param_store<T>& ps, exec_options o) : plan(
     grad_view[i] = needs_grad[i] && needs_grad[x] && plan.consumers(x).size() == 1 && !x_is_root;
   }
   const auto e = static_cast<std::size_t>(plan.edges());
-  edge_val.resize(e);
-  edge_dims.resize(e);
-  edge_stride.resize(e);
-  edge_grad.resize(e);
+  edge_val.assign(e, nullptr);
+  edge_dims.assign(e, {});
+  edge_stride.assign(e, 0);
+  edge_grad.assign(e, nullptr);
   keep.assign(n, 0);
+  for (int i = 0; i < original.size(); ++i)
+    if (keep_original[i] && rewritten->of_original[i] >= 0) keep[rewritten->of_original[i]] = 1;
   plan_memory();
+  bound = forwarded = backwarded = false;  // the next forward() binds and places anew
 }
 
 template <class T>
@@ -167,10 +182,15 @@ void executor<T>::backward(std::span<const tensor<T>> cotangents) {
 template <class T>
 void executor<T>::keep_at(int i) {
   if (i < 0 || i >= p_->n) throw error("executor: keep: node " + std::to_string(i) + " is not in this graph");
-  if (p_->keep[i]) return;
-  p_->keep[i] = 1;
-  p_->plan_memory();
-  p_->bound = p_->forwarded = p_->backwarded = false;  // the next forward() places buffers anew
+  keep_original_at(p_->rewritten->to_original[i]);
+}
+
+template <class T>
+void executor<T>::keep_original_at(int i) {
+  if (i < 0 || i >= p_->original.size()) throw error("executor: keep: node " + std::to_string(i) + " is not in this graph");
+  if (p_->keep_original[i]) return;
+  p_->keep_original[i] = 1;
+  p_->adopt_plan();  // a kept node is neither fused away nor shared
 }
 
 template <class T>
@@ -208,6 +228,14 @@ std::size_t executor<T>::arena_bytes() const {
 template <class T>
 const plan_view& executor<T>::plan() const {
   return p_->plan;
+}
+
+bool exec_options::fuse_by_default() {
+  static const bool on = [] {
+    const char* v = std::getenv("LOOM_FUSE");
+    return !(v && std::string_view(v) == "0");
+  }();
+  return on;
 }
 
 template class executor<float>;

@@ -21,6 +21,7 @@
 #include "../ops/kernel.hpp"
 #include "loom/graph/executor.hpp"
 #include "planner.hpp"
+#include "rewrite.hpp"
 #include "schedule.hpp"
 
 namespace loom {
@@ -30,18 +31,23 @@ inline std::string quoted(std::string_view s) { return "\"" + std::string(s) + "
 template <class T>
 struct executor<T>::impl {
   // ---- fixed at construction ----
-  plan_view plan;
+  plan_view original;                     // the graph as written
   param_store<T>* params;
   exec_options opts;
   std::unique_ptr<tbb::task_arena> arena;
+  std::unordered_map<const node_desc*, int> index;  // original nodes by descriptor
+  std::vector<std::uint8_t> keep_original;          // keep(): per original node
+
+  // ---- the plan it runs: the original rewritten with fusions (adopt_plan, again after keep())
+  std::unique_ptr<detail::rewritten_plan> rewritten;
+  plan_view plan;
   int n = 0;
   std::vector<std::uint8_t> leaf, needs_grad;
-  std::unordered_map<const node_desc*, int> index;
   std::vector<op_kernels<T>> kernels;     // per node (ops/registry.hpp: test overrides applied)
   detail::schedules sched;
   std::vector<int> view_of;               // views (op_entry::is_view): the node whose buffer they share
   std::vector<std::uint8_t> grad_view;    // 1 when a view also shares its input's gradient
-  std::vector<std::uint8_t> keep;         // nodes whose value and gradient stay readable (keep())
+  std::vector<std::uint8_t> keep;         // nodes whose value and gradient stay readable (keep_original mapped)
   detail::buffer_plan buffers;            // which buffers share bytes (planner.hpp)
   std::vector<int> may_append;            // per node: the input whose storage it may grow in place, or −1
 
@@ -69,12 +75,14 @@ struct executor<T>::impl {
   // ---- the arena: every value and gradient buffer of computed nodes (buffers.cpp) ----
   std::vector<std::int64_t> off_val, off_grad;  // per node, in elements
   std::vector<std::int64_t> off_val_bwd;        // per node recomputed in backward: its second buffer
+  std::vector<std::int64_t> off_saved;          // per node with a saved buffer (op_entry::saved_elements)
   std::vector<std::int64_t> buffer_offset;      // per planned buffer
   std::unique_ptr<T[]> mem;
   std::int64_t mem_elems = 0;                   // allocated
   std::int64_t planned_elems = 0;               // needed by the last bind's placement
 
   impl(plan_view p, param_store<T>& ps, exec_options o);
+  void adopt_plan();
   void make_arena();
   void plan_memory();  // buffers from keep and the options (again after keep())
   void plan_appends();  // may_append, from the plan and the buffers

@@ -52,6 +52,7 @@ gradcheck_result gradcheck(const plan_view& plan, param_store<double>& params, s
   exec_options eo;
   eo.threads = opt.threads;
   eo.input_grads = opt.check_inputs;
+  if (opt.fuse >= 0) eo.fuse = opt.fuse != 0;
   executor<double> ex(plan, params, eo);
   ex.forward(local);
 

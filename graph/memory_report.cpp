@@ -45,9 +45,26 @@ memory_report executor<T>::memory_plan(std::span<const std::pair<std::string_vie
   };
   const auto& bp = m.buffers;
   std::vector<std::int64_t> sizes(bp.buffers.size(), 0);
+  auto dims_of = [&](int node) {
+    dims_t d;
+    d.rank = plan.order[node]->rank;
+    for (int a = 0; a < d.rank; ++a) {
+      const plan_dim& pd = plan.dims[node][a];
+      d.d[a] = pd.constant;
+      for (int s = 0; s < pd.n_syms; ++s) d.d[a] += sym[static_cast<std::size_t>(pd.sym[s])];
+    }
+    return d;
+  };
   for (std::size_t b = 0; b < sizes.size(); ++b) {
     const int node = bp.buffers[b].node;
     if (node < 0) continue;
+    if (bp.buffers[b].saved) {
+      size_of(node);  // checks the node's size for overflow
+      std::vector<dims_t> in;
+      for (int x : plan.inputs(node)) in.push_back(dims_of(x));
+      sizes[b] = (plan.order[node]->op->saved_elements(plan.order[node]->fused, dims_of(node), in) + 15) / 16 * 16;
+      continue;
+    }
     // inputs are read from their feeds, and a node that may grow its input's storage in place
     // (a KV cache's keys) is assumed to: its input fed with room, as nn::kv_cache feeds it
     if (!bp.buffers[b].grad && (plan.order[node]->op->role == node_role::input || m.may_append[node] >= 0)) continue;
@@ -64,8 +81,9 @@ memory_report executor<T>::memory_plan(std::span<const std::pair<std::string_vie
     const auto& owners = pb.grad ? bp.grad_buf : bp.val_buf;
     int shared = 0;
     for (int i = 0; i < m.n; ++i) shared += owners[i] == static_cast<int>(b) && i != pb.node;
-    e.what = plan.describe(pb.node) + (shared ? " + " + std::to_string(shared) + " more" : "");
-    e.shape = plan.shape_text(pb.node);
+    e.what = plan.describe(pb.node) + (pb.saved ? " (saved for backward)" : "") +
+             (shared ? " + " + std::to_string(shared) + " more" : "");
+    e.shape = pb.saved ? "(" + std::to_string(sizes[b]) + " elements)" : plan.shape_text(pb.node);
     e.grad = pb.grad;
     e.bytes = static_cast<std::size_t>(sizes[b]) * sizeof(T);
     e.offset = static_cast<std::size_t>(offsets[b]) * sizeof(T);

@@ -41,6 +41,7 @@ buffer_plan plan_buffers(const planner_input& input) {
   bp.value_kept.assign(n, 0);
   bp.grad_kept.assign(n, 0);
   bp.in_place_of.assign(n, -1);
+  bp.saved_buf.assign(n, -1);
   std::vector<std::uint8_t>& pinned_node = c.pinned_node;
   pinned_node.assign(n, 0);
   for (int r : plan.roots) pinned_node[r] = 1;
@@ -69,6 +70,15 @@ buffer_plan plan_buffers(const planner_input& input) {
         touch(bp.val_buf[ins[k]], bstep(c), -1, c);
     }
     if (runs_backward(c) && plan.order[c]->op->backward_reads_output) touch(bp.val_buf[c], bstep(c), -1, c);
+  }
+
+  // ---- saved: what a node's forward writes for its own backward, alive from one to the other
+  for (int i = 0; i < n; ++i) {
+    if (in.leaf[i] || !plan.order[i]->op->saved_elements) continue;
+    bp.saved_buf[i] = new_buffer(i, false);
+    bp.buffers[static_cast<std::size_t>(bp.saved_buf[i])].saved = true;
+    touch(bp.saved_buf[i], fstep(i), i, -1);
+    if (runs_backward(i)) touch(bp.saved_buf[i], bstep(i), -1, i);
   }
 
   // ---- in place: node i overwrites its input 0 when that buffer is read by nobody after i

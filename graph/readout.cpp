@@ -4,6 +4,7 @@
 #include <string>
 
 #include "executor_impl.hpp"
+#include "loom/graph/graph.hpp"
 
 namespace loom {
 
@@ -83,13 +84,24 @@ std::vector<feed> executor<T>::named_feeds() const {
 }
 
 template <class T>
-int executor<T>::index_of(const node_desc* d) const {
+int executor<T>::original_index_of(const node_desc* d) const {
   auto it = p_->index.find(d);
   if (it != p_->index.end()) return it->second;
   // a node of another type with the same structure is the same node (see detail::same_node)
-  for (int i = 0; i < p_->n; ++i)
-    if (detail::same_node(*p_->plan.order[i], *d)) return i;
+  for (int i = 0; i < p_->original.size(); ++i)
+    if (detail::same_node(*p_->original.order[i], *d)) return i;
   throw error("executor: that node is not part of this graph");
+}
+
+template <class T>
+int executor<T>::index_of(const node_desc* d) const {
+  const int i = original_index_of(d);
+  const int at = p_->rewritten->of_original[i];
+  if (at >= 0) return at;
+  throw error("executor: " + p_->original.describe(i) + " was fused into " +
+              p_->plan.describe(p_->rewritten->absorbed_into[i]) +
+              " and has no value of its own: keep() it before forward() to read it (that pattern then runs "
+              "unfused), or set exec_options::fuse = false");
 }
 
 template <class T>
@@ -104,6 +116,11 @@ tensor_view<const T> executor<T>::input_grad(std::string_view name) const {
   return grad_at(input_index(name));
 }
 
+template <class T>
+std::string executor<T>::dot() const {
+  return to_dot(p_->plan);
+}
+
 #define LOOM_READOUT(T)                                                              \
   template tensor_view<const T> executor<T>::value_at(int) const;                    \
   template tensor_view<const T> executor<T>::grad_at(int) const;                     \
@@ -113,8 +130,10 @@ tensor_view<const T> executor<T>::input_grad(std::string_view name) const {
   template int executor<T>::named_index(std::string_view) const;                     \
   template std::vector<feed> executor<T>::named_feeds() const;                       \
   template int executor<T>::index_of(const node_desc*) const;                        \
+  template int executor<T>::original_index_of(const node_desc*) const;               \
   template int executor<T>::input_index(std::string_view) const;                     \
-  template tensor_view<const T> executor<T>::input_grad(std::string_view) const;
+  template tensor_view<const T> executor<T>::input_grad(std::string_view) const;     \
+  template std::string executor<T>::dot() const;
 LOOM_READOUT(float)
 LOOM_READOUT(double)
 #undef LOOM_READOUT

@@ -90,8 +90,9 @@ void plan_recompute(plan_context& c) {
       }
       for (access& e : events)  // backward reads move to the second buffer
         if (e.bwd_task >= 0 && e.buf < static_cast<int>(second.size()) && second[e.buf] >= 0) e.buf = second[e.buf];
-      for (int u : nodes) {  // the recomputation writes them and reads their inputs
+      for (int u : nodes) {  // the recomputation writes them (and what they save) and reads their inputs
         touch(bp.val_buf_bwd[u], step, -1, task);
+        touch(bp.saved_buf[u], step, -1, task);
         for (int v : plan.inputs(u)) touch(again[v] ? bp.val_buf_bwd[v] : bp.val_buf[v], step, -1, task);
       }
       bp.recompute.push_back(nodes);

@@ -38,6 +38,10 @@ struct op_args {
   // executor does not zero that buffer first. Other kernels always see 0 here.
   std::span<const std::uint8_t> din_fresh;
   bool training = true;
+  // a fused node's parameters, made by the plan rewrite that created it (op_entry::fused)
+  const void* fused = nullptr;
+  // the buffer forward writes for backward (op_entry::saved_elements), or nullptr
+  T* saved = nullptr;
 
   template <class U = T>
   const U* input(int i) const {

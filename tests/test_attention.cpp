@@ -95,17 +95,28 @@ TEST_CASE("gradcheck catches a wrong backward") {
   auto p = g.make_params<double>(3);
   test::randomize(p, 4);
   auto xs = test::random_tensor<double>({2, 3, D}, 5);
-  REQUIRE(gradcheck(g, p, {{"x", xs}}).ok);
+  const gradcheck_options unfused{.fuse = 0};  // the primitives as written, not the fused attention
+  REQUIRE(gradcheck(g, p, {{"x", xs}}, unfused).ok);
   SECTION("softmax's gradient added twice") {
     testing::scoped_corruption broken(softmax_entry, testing::corruption::run_twice);
-    auto r = gradcheck(g, p, {{"x", xs}});
+    auto r = gradcheck(g, p, {{"x", xs}}, unfused);
     CHECK_FALSE(r.ok);
     CHECK(r.failed > 0);
     CHECK_THAT(r.str(), Catch::Contains("FAILED") && Catch::Contains("analytic"));
   }
   SECTION("matmul's backward skipped") {
     testing::scoped_corruption broken(matmul_entry, testing::corruption::skip);
-    CHECK_FALSE(gradcheck(g, p, {{"x", xs}}).ok);
+    CHECK_FALSE(gradcheck(g, p, {{"x", xs}}, unfused).ok);
+  }
+  SECTION("the fused attention's gradient added twice") {
+    REQUIRE(gradcheck(g, p, {{"x", xs}}, {.fuse = 1}).ok);
+    const op_entry* fused = nullptr;
+    for (const op_entry* op : registered_ops())
+      if (op->name == "attention") fused = op;
+    REQUIRE(fused);
+    testing::scoped_corruption broken(*fused, testing::corruption::run_twice);
+    CHECK_FALSE(gradcheck(g, p, {{"x", xs}}, {.fuse = 1}).ok);
+    CHECK(gradcheck(g, p, {{"x", xs}}, unfused).ok);  // the unfused graph does not use it
   }
   REQUIRE(gradcheck(g, p, {{"x", xs}}).ok);  // and the kernels are restored afterwards
 }
@@ -115,7 +126,7 @@ TEST_CASE("gradcheck reports the worst element by name and index") {
   auto p = g.make_params<double>(3);
   auto xs = test::random_tensor<double>({1, 2, D}, 5);
   testing::scoped_corruption broken(scale_entry, testing::corruption::run_twice);
-  auto r = gradcheck(g, p, {{"x", xs}});
+  auto r = gradcheck(g, p, {{"x", xs}}, {.fuse = 0});
   REQUIRE_FALSE(r.ok);
   CHECK_FALSE(r.worst_name.empty());
   CHECK((r.worst_name.find("param") == 0 || r.worst_name.find("input") == 0));

@@ -75,11 +75,16 @@ void require_no_overlapping_tenants(const memory_report& r) {
 TEST_CASE("sharing buffers changes no bit of the loss or of any gradient, for 1, 2 and 4 threads") {
   auto g = make_graph(nn::seq2seq<small, nn::train_mode>::loss<0, 0.1>());
   std::size_t unshared_arena = 0, shared_arena = 0;
-  const auto reference = step(g, {.threads = 1, .keep_all = true}, &unshared_arena);
-  CHECK(same_bits(reference, step(g, {.threads = 1}, &shared_arena)));
-  CHECK(same_bits(reference, step(g, {.threads = 2})));
-  CHECK(same_bits(reference, step(g, {.threads = 4})));
+  // keep_all runs the graph as written (no fusion either): compare with the unfused plan
+  const auto reference = step(g, {.threads = 1, .keep_all = true, .fuse = false}, &unshared_arena);
+  CHECK(same_bits(reference, step(g, {.threads = 1, .fuse = false}, &shared_arena)));
+  CHECK(same_bits(reference, step(g, {.threads = 2, .fuse = false})));
+  CHECK(same_bits(reference, step(g, {.threads = 4, .fuse = false})));
   CHECK(shared_arena < unshared_arena / 2);
+  // and with the fused plan, the same bits for any thread count
+  const auto fused = step(g, {.threads = 1, .fuse = true});
+  CHECK(same_bits(fused, step(g, {.threads = 2, .fuse = true})));
+  CHECK(same_bits(fused, step(g, {.threads = 4, .fuse = true})));
 }
 
 TEST_CASE("the planned arena is known before running and equals what forward allocates") {

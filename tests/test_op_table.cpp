@@ -12,6 +12,7 @@
 
 #include "all_op_headers.hpp"  // generated: every header in include/loom/ops/, so every op registers
 #include "loom/loom.hpp"
+#include "loom/nn/attention.hpp"
 #include "test_support.hpp"
 
 using namespace loom;
@@ -90,18 +91,26 @@ void check_unread(const plan_view& plan, const op_entry& op, param_store<double>
 }
 
 // The whole check of one case: the graph g (containing `op`) with its parameters and feeds.
+// The plan is the one an executor runs: with its fusions, so that fused ops are checked too.
 template <class G>
 case_result run_case(const G& g, const op_entry& op, std::initializer_list<feed> feeds, std::uint64_t seed = 1) {
   case_result r;
-  const plan_view plan = g.plan();
-  for (int i = 0; i < plan.size(); ++i) r.ops.insert(plan.order[i]->op->name);
-  r.dot = g.dot();
   auto params = g.template make_params<double>(seed);
   test::randomize(params, seed + 1);
+  const executor<double> fused(g.plan(), params);
+  const plan_view plan = fused.plan();
+  for (int i = 0; i < plan.size(); ++i) r.ops.insert(plan.order[i]->op->name);
+  r.dot = to_dot(plan);
   const std::vector<feed> fs(feeds);
   r.grad = gradcheck(plan, params, fs);
   check_unread(plan, op, params, fs, r);
   return r;
+}
+
+const op_entry& op_named(std::string_view name) {
+  for (const op_entry* op : registered_ops())
+    if (op->name == name) return *op;
+  throw std::runtime_error("no op " + std::string(name));
 }
 
 using tokens = tensor<std::int32_t>;
@@ -225,6 +234,16 @@ const std::map<std::string_view, std::function<case_result()>>& cases() {
          auto x = input<"x", shape<fix<2>, fix<3>>>();
          auto y = scale<2.0>(x);  // two consumers: the named view gets a gradient buffer of its own
          return run_case(make_graph(mul(named<"y">(y), y)), named_entry, {{"x", rnd({2, 3}, 25)}});
+       }},
+      {"attention",  // fused by the plan rewrite from matmul → scale → masks → softmax → matmul
+       [] {
+         auto q = input<"q", shape<fix<2>, fix<3>, fix<4>>>();
+         auto k = input<"k", shape<fix<2>, fix<5>, fix<4>>>();
+         auto v = input<"v", shape<fix<2>, fix<5>, fix<3>>>();
+         auto len = input<"len", shape<fix<2>>, int>();
+         return run_case(make_graph(nn::attention(q, k, v, nn::causal, nn::padding(len))), op_named("attention"),
+                         {{"q", rnd({2, 3, 4}, 26)}, {"k", rnd({2, 5, 4}, 27)}, {"v", rnd({2, 5, 3}, 28)},
+                          {"len", tokens({2}, {5, 4})}});
        }},
       {"silu",
        [] {

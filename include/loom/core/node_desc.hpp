@@ -56,6 +56,7 @@ struct node_desc {
   std::array<dim_expr, 2> dattr{};
   init_kind init = init_kind::zeros;
   std::uint64_t hash = 0;           // structural hash; identical nodes are one object anyway
+  const void* fused = nullptr;      // a fused node (made by a plan rewrite): its parameters
 };
 
 namespace detail {

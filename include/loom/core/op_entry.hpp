@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <initializer_list>
+#include <span>
 #include <string_view>
 #include <type_traits>
 #include <vector>
@@ -17,6 +18,7 @@
 namespace loom {
 
 struct node_desc;
+struct dims_t;
 namespace ops {
 template <class T>
 struct op_args;  // what a kernel sees (ops/kernel.hpp, private to the library)
@@ -91,6 +93,13 @@ struct op_entry {
   /// The node's value is readable by its name (node_desc::name) after forward, like an output
   /// of the graph, wherever it appears (see named.hpp).
   bool is_named_output = false;
+  /// Elements of a buffer the node's forward writes for its own backward besides its value (a
+  /// fused attention's row log-sum-exp), given the node's fused parameters (op_args::fused),
+  /// its output dims and its inputs' dims; null: none. Kernels see it as op_args::saved.
+  std::int64_t (*saved_elements)(const void* fused, const dims_t& out, std::span<const dims_t> in) = nullptr;
+  /// The op is made by a plan rewrite (ops/fusion.hpp) from a pattern of other ops, never by
+  /// user code; its kernels read the rewrite's parameters from op_args::fused.
+  bool fused = false;
 
   template <class T>
   constexpr const op_kernels<T>& kernels() const {

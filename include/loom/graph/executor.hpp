@@ -5,6 +5,7 @@
 #include <initializer_list>
 #include <memory>
 #include <span>
+#include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
@@ -36,6 +37,12 @@ struct exec_options {
   bool inference = false;    // forward only: no gradient buffers, no dropout; backward() throws
   bool keep_all = false;     // debugging: every value and gradient stays readable (no memory sharing)
   bool recompute = true;     // recompute blocks closed by checkpoint() in backward instead of keeping them
+  /// Run patterns as fused nodes (attention: matmul → scale → masks → softmax → matmul as one
+  /// node that keeps no [T, S] scores). Off: every node as written (the reference). The
+  /// default is on, unless the environment sets LOOM_FUSE=0 (to run a whole program unfused).
+  bool fuse = fuse_by_default();
+
+  static bool fuse_by_default();
 };
 
 /// Runs one graph in scalar type T (float or double). Buffers are planned from the graph
@@ -87,7 +94,7 @@ class executor {
   /// before forward(). Outputs and parameters are always kept.
   template <class Node>
   void keep(Node) {
-    keep_at(index_of(desc_ptr<Node>()));
+    keep_original_at(original_index_of(desc_ptr<Node>()));
   }
   void keep_at(int node);
   /// Value of a real-valued node of the graph after forward(): an output, an input, or a node
@@ -125,13 +132,22 @@ class executor {
   /// Bytes the last forward()'s memory plan needs (equal to arena_bytes() unless the arena
   /// grew for larger dims before).
   std::size_t planned_bytes() const;
+  /// The plan this executor runs: the graph's, with fused patterns as single nodes
+  /// (exec_options::fuse) — node indices of value_at() and friends refer to it.
   const plan_view& plan() const;
+  /// That plan as Graphviz DOT (fused nodes show as one box: "attention").
+  std::string dot() const;
 
   /// Index in the plan of the input named `name`; throws missing_error if there is none.
   int input_index(std::string_view name) const;
   tensor_view<const T> value_at(int node) const;
   tensor_view<const T> grad_at(int node) const;
+  /// Index in plan() of the node `d` describes. Throws error when it is not in the graph, or
+  /// when a fusion absorbed it (keep() it before forward() to read it).
   int index_of(const node_desc* d) const;
+  /// Index of the node in the graph as written (before fusions), and keep() by that index.
+  int original_index_of(const node_desc* d) const;
+  void keep_original_at(int node);
 
  private:
   struct impl;

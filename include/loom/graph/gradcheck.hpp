@@ -21,6 +21,7 @@ struct gradcheck_options {
   bool check_inputs = true;  // also check gradients of real-valued inputs
   std::uint64_t seed = 0;    // for the random cotangents of non-scalar outputs
   int threads = 1;
+  int fuse = -1;             // run fused patterns (exec_options::fuse): 1 yes, 0 no, −1 the default
 };
 
 /// What gradcheck found. Converts to true when every element passed.

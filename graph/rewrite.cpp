@@ -1,0 +1,116 @@
+// The plan rewrite (see rewrite.hpp): fusion rules applied from the outputs down, so that a
+// pattern is matched whole before its parts could be.
+#include "rewrite.hpp"
+
+#include <algorithm>
+
+#include "../ops/fusion.hpp"
+
+namespace loom::detail {
+
+std::unique_ptr<rewritten_plan> rewrite(const plan_view& p, std::span<const std::uint8_t> keep, bool fuse) {
+  auto r = std::make_unique<rewritten_plan>();
+  const int n = p.size();
+  r->of_original.resize(n);
+  r->absorbed_into.assign(n, -1);
+  r->params.assign(n, nullptr);
+  for (int i = 0; i < n; ++i) r->of_original[i] = i;
+  r->to_original = r->of_original;
+  r->view = p;
+  if (!fuse) return r;
+
+  // nodes a rule may absorb: computed, and nobody reads them from outside (outputs, named, kept)
+  std::vector<std::uint8_t> absorbable(n, 1), taken(n, 0);
+  for (int i = 0; i < n; ++i) absorbable[i] = p.order[i]->op->role == node_role::op && !keep[i];
+  for (int i : p.roots) absorbable[i] = 0;
+  for (int i : p.named) absorbable[i] = 0;
+  std::vector<int> fusion_at(n, -1);
+  std::vector<ops::fusion> found;
+  for (int i = n - 1; i >= 0; --i) {
+    if (taken[i] || p.order[i]->op->role != node_role::op) continue;
+    for (ops::fusion_rule rule : ops::fusion_rules()) {
+      std::optional<ops::fusion> f = rule(p, i, absorbable);
+      if (!f || f->root != i) continue;
+      bool ok = true;
+      for (int a : f->absorbed) ok = ok && !taken[a] && absorbable[a] && a != i;
+      if (!ok) continue;
+      taken[i] = 1;
+      for (int a : f->absorbed) taken[a] = 1;
+      for (int x : f->inputs) absorbable[x] = 0;  // a later (lower) pattern may not swallow them
+      absorbable[i] = 0;
+      fusion_at[i] = static_cast<int>(found.size());
+      found.push_back(std::move(*f));
+      break;
+    }
+  }
+  if (found.empty()) return r;
+
+  // the new nodes, in the original topological order (a fused node sits where its root was:
+  // all of its inputs come before it)
+  int k = 0;
+  for (int i = 0; i < n; ++i) r->of_original[i] = taken[i] && fusion_at[i] < 0 ? -1 : k++;
+  const int m = k;
+  r->to_original.assign(m, -1);
+  for (int i = 0; i < n; ++i)
+    if (r->of_original[i] >= 0) r->to_original[r->of_original[i]] = i;
+  r->order.resize(m);
+  r->dims.resize(m);
+  r->params.assign(m, nullptr);
+  r->from_param.assign(m, 0);
+  r->from_input.assign(m, 0);
+  r->in_off.assign(m + 1, 0);
+  std::vector<std::vector<int>> consumers(m);
+  for (int i = 0; i < n; ++i) {
+    const int at = r->of_original[i];
+    if (at < 0) continue;
+    std::vector<int> ins;
+    if (fusion_at[i] >= 0) {
+      const ops::fusion& f = found[static_cast<std::size_t>(fusion_at[i])];
+      auto& descs = r->made_inputs.emplace_back();
+      for (int x : f.inputs) descs.push_back(p.order[x]);
+      node_desc d;
+      d.op = f.op;
+      d.elem = p.order[i]->elem;
+      d.rank = p.order[i]->rank;
+      d.dims = p.order[i]->dims;
+      d.inputs = descs;
+      d.hash = detail::fnv(p.order[i]->hash, static_cast<std::uint64_t>(f.op->id));
+      d.fused = f.params.get();
+      r->order[at] = &r->made.emplace_back(d);
+      r->params[at] = f.params;
+      for (int x : f.inputs) ins.push_back(r->of_original[x]);
+      for (int a : f.absorbed) r->absorbed_into[a] = at;
+      ++r->fused;
+    } else {
+      r->order[at] = p.order[i];
+      for (int x : p.inputs(i)) ins.push_back(r->of_original[x]);
+    }
+    r->dims[at] = p.dims[i];
+    const node_desc* d = r->order[at];
+    bool param = d->op->role == node_role::param;
+    bool input = d->op->role == node_role::input && d->elem == dtype::real;
+    r->in_off[at] = static_cast<int>(r->in_idx.size());
+    for (int x : ins) {
+      r->in_idx.push_back(x);
+      if (consumers[x].empty() || consumers[x].back() != at) consumers[x].push_back(at);
+      param = param || r->from_param[x];
+      input = input || r->from_input[x];
+    }
+    r->from_param[at] = param;
+    r->from_input[at] = input;
+  }
+  r->in_off[m] = static_cast<int>(r->in_idx.size());
+  r->out_off.assign(m + 1, 0);
+  for (int i = 0; i < m; ++i) {
+    r->out_off[i] = static_cast<int>(r->out_idx.size());
+    r->out_idx.insert(r->out_idx.end(), consumers[i].begin(), consumers[i].end());
+  }
+  r->out_off[m] = static_cast<int>(r->out_idx.size());
+  for (int x : p.roots) r->roots.push_back(r->of_original[x]);
+  for (int x : p.named) r->named.push_back(r->of_original[x]);
+  r->view = {r->order, r->in_off, r->in_idx, r->out_off, r->out_idx, p.syms,
+             r->dims,  r->roots,  r->named,  r->from_param, r->from_input};
+  return r;
+}
+
+}  // namespace loom::detail

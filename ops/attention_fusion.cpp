@@ -1,0 +1,185 @@
+// The attention fusion rule: finds  matmul(softmax(mask..(scale(matmul(q, kᵀ)))), v)  — with the
+// heads' split below q, k, v and their merge above the output when those are plain views — and
+// makes it one attention node (ops/fused_attention.hpp).
+#include <algorithm>
+#include <memory>
+
+#include "fused_attention.hpp"
+#include "fusion.hpp"
+#include "loom/ops/concat.hpp"
+#include "loom/ops/mask.hpp"
+#include "loom/ops/matmul.hpp"
+#include "loom/ops/reshape.hpp"
+#include "loom/ops/scale.hpp"
+#include "loom/ops/softmax.hpp"
+
+namespace loom::ops {
+namespace {
+
+bool same_dim(const plan_dim& a, const plan_dim& b) {
+  if (a.constant != b.constant || a.n_syms != b.n_syms) return false;
+  for (int s = 0; s < a.n_syms; ++s)
+    if (a.sym[s] != b.sym[s]) return false;
+  return true;
+}
+
+// Node x is consumed by `by` only, and the rewrite lets us absorb it.
+bool only_for(const plan_view& p, std::span<const std::uint8_t> absorbable, int x, int by) {
+  auto cons = p.consumers(x);
+  return absorbable[x] && cons.size() == 1 && cons[0] == by;
+}
+
+// Reshape node x as a split of one axis of its input into two (the second fixed): the axis, or −1.
+int split_axis(const plan_view& p, int x) {
+  const int in = p.inputs(x)[0];
+  const int ri = p.order[in]->rank, ro = p.order[x]->rank;
+  if (ro != ri + 1) return -1;
+  for (int a = 0; a < ri; ++a) {
+    bool fits = p.dims[x][a + 1].n_syms == 0;
+    for (int k = 0; k < a && fits; ++k) fits = same_dim(p.dims[x][k], p.dims[in][k]);
+    for (int k = a + 1; k < ri && fits; ++k) fits = same_dim(p.dims[x][k + 1], p.dims[in][k]);
+    if (fits) return a;
+  }
+  return -1;
+}
+
+// Reshape node x as a merge of two adjacent axes of its input (the second fixed): the axis, or −1.
+int merge_axis(const plan_view& p, int x) {
+  const int in = p.inputs(x)[0];
+  const int ri = p.order[in]->rank, ro = p.order[x]->rank;
+  if (ro != ri - 1) return -1;
+  for (int a = 0; a < ro; ++a) {
+    bool fits = p.dims[in][a + 1].n_syms == 0;
+    for (int k = 0; k < a && fits; ++k) fits = same_dim(p.dims[x][k], p.dims[in][k]);
+    for (int k = a + 1; k < ro && fits; ++k) fits = same_dim(p.dims[x][k], p.dims[in][k + 1]);
+    if (fits) return a;
+  }
+  return -1;
+}
+
+// From operand x (read by node `by`) down through absorbable views — transpose, reshape
+// splitting an axis, slice of a fixed range — to the node whose buffer holds it. Returns that
+// node; `chain` gets the steps from its dims to x's, `absorbed` the nodes passed.
+int view_below(const plan_view& p, std::span<const std::uint8_t> absorbable, int x, int by, view_chain& chain,
+               std::vector<int>& absorbed) {
+  std::vector<view_step> down;
+  while (only_for(p, absorbable, x, by)) {
+    const node_desc& d = *p.order[x];
+    view_step st;
+    if (d.op == &transpose_entry) {
+      const auto perm = load_attrs<transpose_attrs>(d).perm;
+      st.kind = view_step::permute;
+      for (int a = 0; a < d.rank; ++a) st.perm[a] = static_cast<std::int8_t>(perm[a]);
+    } else if (d.op == &reshape_entry && split_axis(p, x) >= 0) {
+      st.kind = view_step::split;
+      st.axis = split_axis(p, x);
+      st.size = p.dims[x][st.axis + 1].constant;
+    } else if (d.op == &slice_entry && p.dims[x][max_rank].n_syms == 0 && p.dims[x][max_rank + 1].n_syms == 0) {
+      st.kind = view_step::slice;
+      st.axis = static_cast<int>(load_attrs<slice_attrs>(d).axis);
+      st.begin = p.dims[x][max_rank].constant;
+      st.size = p.dims[x][max_rank + 1].constant;
+    } else {
+      break;
+    }
+    down.push_back(st);
+    absorbed.push_back(x);
+    by = x;
+    x = p.inputs(x)[0];
+  }
+  chain.assign(down.rbegin(), down.rend());
+  return x;
+}
+
+bool is_matmul(const node_desc& d, bool trans_a, bool trans_b) {
+  if (d.op != &matmul_entry) return false;
+  const auto t = load_attrs<matmul_attrs>(d);
+  return t.trans_a == trans_a && t.trans_b == trans_b;
+}
+
+std::optional<fusion> attention_rule(const plan_view& p, int root, std::span<const std::uint8_t> absorbable) {
+  // the output side: o, or transpose(o), or reshape-merge(transpose(o)) — where o lies in the root
+  auto f = std::make_shared<attention_params>();
+  fusion r;
+  r.op = &attention_entry;
+  r.root = root;
+  int o = root;
+  if (p.order[root]->op == &reshape_entry && merge_axis(p, root) >= 0) {
+    const int t = p.inputs(root)[0];
+    if (p.order[t]->op != &transpose_entry || !only_for(p, absorbable, t, root)) return std::nullopt;
+    const int a = merge_axis(p, root);
+    f->out.push_back({.kind = view_step::split, .axis = a, .size = p.dims[t][a + 1].constant});
+    o = t;
+  }
+  if (p.order[o]->op == &transpose_entry) {
+    const auto perm = load_attrs<transpose_attrs>(*p.order[o]).perm;
+    view_step back{.kind = view_step::permute};
+    for (int a = 0; a < p.order[o]->rank; ++a) back.perm[perm[a]] = static_cast<std::int8_t>(a);
+    f->out.push_back(back);
+    const int below = p.inputs(o)[0];
+    if (o != root) r.absorbed.push_back(o);
+    if (!only_for(p, absorbable, below, o)) return std::nullopt;
+    r.absorbed.push_back(below);
+    o = below;
+  } else if (o != root) {
+    return std::nullopt;
+  }
+  // o = matmul(weights, v), weights = softmax(masks(scale(matmul(q, kᵀ))))
+  if (!is_matmul(*p.order[o], false, false)) return std::nullopt;
+  const int weights = p.inputs(o)[0], v = p.inputs(o)[1];
+  if (p.order[weights]->op != &softmax_entry || !only_for(p, absorbable, weights, o)) return std::nullopt;
+  r.absorbed.push_back(weights);
+  int x = p.inputs(weights)[0], above = weights;
+  std::vector<attention_params::mask> masks;
+  std::vector<int> mask_inputs;
+  for (;;) {
+    const node_desc& d = *p.order[x];
+    attention_params::mask m;
+    if (d.op == &mask_causal_entry) m.kind = attention_params::mask::causal;
+    else if (d.op == &mask_padding_entry)
+      m.kind = load_attrs<mask_padding_attrs>(d).left ? attention_params::mask::left_padding : attention_params::mask::padding;
+    else if (d.op == &mask_bool_entry) m.kind = attention_params::mask::boolean;
+    else break;
+    if (!only_for(p, absorbable, x, above)) return std::nullopt;
+    if (m.kind != attention_params::mask::causal) mask_inputs.push_back(p.inputs(x)[1]);
+    m.input = m.kind == attention_params::mask::causal ? -1 : 2 + static_cast<int>(mask_inputs.size());
+    masks.push_back(m);
+    r.absorbed.push_back(x);
+    above = x;
+    x = p.inputs(x)[0];
+  }
+  if (p.order[x]->op == &scale_entry) {
+    if (!only_for(p, absorbable, x, above)) return std::nullopt;
+    f->scale = load_attrs<scale_attrs>(*p.order[x]).factor;
+    r.absorbed.push_back(x);
+    above = x;
+    x = p.inputs(x)[0];
+  }
+  if (!is_matmul(*p.order[x], false, true) || !only_for(p, absorbable, x, above)) return std::nullopt;
+  r.absorbed.push_back(x);
+  const int q = p.inputs(x)[0], k = p.inputs(x)[1];
+  const int rank = p.order[o]->rank;
+  if (p.order[q]->rank != rank || p.order[k]->rank != rank || p.order[v]->rank != rank) return std::nullopt;
+  for (int id : {q, k, v})
+    if (p.order[id]->elem != dtype::real) return std::nullopt;
+  // q, k, v read where they lie (below their head split), unless someone else needs the copies
+  const int q_base = view_below(p, absorbable, q, x, f->q, r.absorbed);
+  const int k_base = k == q ? q_base : view_below(p, absorbable, k, x, f->k, r.absorbed);
+  if (k == q) f->k = f->q;
+  const int v_base = view_below(p, absorbable, v, o, f->v, r.absorbed);
+  r.inputs = {q_base, k_base, v_base};
+  r.inputs.insert(r.inputs.end(), mask_inputs.begin(), mask_inputs.end());
+  if (r.inputs.size() > 8) return std::nullopt;  // backward_reads covers eight inputs
+  f->masks = std::move(masks);
+  std::sort(r.absorbed.begin(), r.absorbed.end());
+  r.absorbed.erase(std::unique(r.absorbed.begin(), r.absorbed.end()), r.absorbed.end());
+  r.absorbed.erase(std::remove(r.absorbed.begin(), r.absorbed.end(), root), r.absorbed.end());
+  r.params = std::move(f);
+  return r;
+}
+
+}  // namespace
+
+fusion_rule attention_fusion_rule() { return &attention_rule; }
+
+}  // namespace loom::ops

@@ -1,0 +1,63 @@
+// attention (fused): the pattern
+//
+//   o = matmul(softmax(mask_k(..mask_1(scale_c(matmul(q, kᵀ))))), v)
+//
+// run as one node (a plan rewrite: ops/attention_fusion.cpp finds it; the user writes the
+// primitives). q [.., T, d], k [.., S, d], v [.., S, dv] -> o [.., T, dv], read and written
+// through views (views.hpp), so the heads' split and merge cost no copy.
+//
+//   forward: per query block, key blocks in order with an online softmax — a running max m,
+//            sum l and output; the [T, S] scores never exist beyond one block:
+//            s = c · q kᵀ (masked: −∞),  m' = max(m, max s),  l' = l·e^(m − m') + Σ e^(s − m'),
+//            o' = o·e^(m − m') + e^(s − m') v;   o = o' / l,   saved: lse = m + log l per row
+//   backward: per batch × head (each task owns its dk, dv: no atomics), blocks recomputed from
+//            lse: p = e^(c · q kᵀ − lse) (masked: 0), D = rowsum(do ⊙ o),
+//            dv += pᵀ do,  dp = do vᵀ,  ds = p ⊙ (dp − D),  dq += c · ds k,  dk += c · dsᵀ q
+//   A row whose keys are all masked gives zeros (lse = −∞), as softmax does.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "kernel.hpp"
+#include "views.hpp"
+
+namespace loom::ops {
+
+/// What the rewrite found: the scale, the operands' views and the masks, in order.
+struct attention_params {
+  double scale = 1;
+  view_chain q, k, v;  // applied to the dims of the node's inputs 0, 1, 2
+  view_chain out;      // applied to the node's own dims: where o [.., T, dv] sits in its value
+  struct mask {
+    enum kind_t : std::uint8_t { causal, padding, left_padding, boolean } kind = causal;
+    int input = -1;  // the node's input holding its lengths, first keys or booleans
+  };
+  std::vector<mask> masks;
+};
+
+template <class T>
+struct attention_kernel {  // ops/attention.cpp
+  static void forward(const op_args<T>& a);
+  static void backward(const op_args<T>& a);
+};
+
+/// The row log-sum-exp saved for backward: one per query row of every batch entry.
+std::int64_t attention_saved(const void* params, const dims_t& out, std::span<const dims_t> in);
+
+constexpr bool attention_reads_strided(const node_desc&, int) { return true; }
+
+inline constexpr op_entry attention_entry{
+    .name = "attention",
+    .id = 25,
+    .f32 = kernels_of<attention_kernel, float>(),
+    .f64 = kernels_of<attention_kernel, double>(),
+    .reads_strided = &attention_reads_strided,
+    .backward_reads = 0xff,  // q, k, v and the masks' inputs
+    .backward_reads_output = true,
+    .saved_elements = &attention_saved,
+    .fused = true,
+};
+LOOM_REGISTER_OP(attention_entry);
+
+}  // namespace loom::ops

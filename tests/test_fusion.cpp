@@ -1,0 +1,201 @@
+// Fusion as a plan rewrite: attention written as matmul → scale → masks → softmax → matmul runs
+// as one fused node, which must give what the primitives give (to 1e-12 in double, outputs and
+// every gradient), keep no [T, S] buffer, and stay thread-count independent; the unfused graph
+// stays the reference.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <set>
+#include <string>
+
+#include "loom/loom.hpp"
+#include "loom/nn/attention.hpp"
+#include "loom/nn/transformer.hpp"
+#include "test_support.hpp"
+
+using namespace loom;
+
+namespace {
+
+constexpr long D = 8;
+using X = input_node<"x", shape<dyn<"B">, dyn<"T">, fix<D>>>;
+using Mem = input_node<"mem", shape<dyn<"B">, dyn<"S">, fix<D>>>;
+using Len = input_node<"len", shape<dyn<"B">>, int>;
+using Allowed = input_node<"allowed", shape<dyn<"B">, fix<1>, dyn<"T">, dyn<"T">>, bool>;
+
+std::set<std::string_view> ops_of(const plan_view& plan) {
+  std::set<std::string_view> ops;
+  for (int i = 0; i < plan.size(); ++i) ops.insert(plan.order[i]->op->name);
+  return ops;
+}
+
+// Output and every gradient (parameters, real inputs) of one forward + backward, in double.
+struct run_result {
+  std::vector<double> out, grads;
+};
+
+template <class G>
+run_result run(const G& g, param_store<double>& p, std::span<const feed> feeds, exec_options o) {
+  o.input_grads = true;
+  auto ex = g.template executor<double>(p, o);
+  ex.forward(feeds);
+  run_result r;
+  auto y = ex.output();
+  r.out.assign(y.data, y.data + y.size());
+  std::vector<tensor<double>> cot{test::random_tensor<double>(y.dims, 77)};
+  ex.backward(cot);
+  for (auto& [name, e] : p) r.grads.insert(r.grads.end(), e.grad.values().begin(), e.grad.values().end());
+  for (const feed& f : feeds)
+    if (f.type() == storage::f64) {
+      auto gx = ex.input_grad(f.name());
+      r.grads.insert(r.grads.end(), gx.data, gx.data + gx.size());
+    }
+  return r;
+}
+
+double max_rel(const std::vector<double>& a, const std::vector<double>& b) {
+  REQUIRE(a.size() == b.size());
+  double diff = 0, scale = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    diff = std::max(diff, std::abs(a[i] - b[i]));
+    scale = std::max(scale, std::abs(b[i]));
+  }
+  return scale > 0 ? diff / scale : diff;
+}
+
+// Fused and unfused runs of g agree; the fused plan has an attention node and no softmax.
+template <class G>
+void require_fused_equals_unfused(const G& g, std::initializer_list<feed> feeds, std::uint64_t seed = 1) {
+  auto p = g.template make_params<double>(seed);
+  test::randomize(p, seed + 1);
+  const std::vector<feed> fs(feeds);
+  const executor<double> probe(g.plan(), p, {.fuse = true});
+  const auto ops = ops_of(probe.plan());
+  CHECK(ops.count("attention") == 1);
+  CHECK(ops.count("softmax") == 0);
+  const run_result unfused = run(g, p, fs, {.fuse = false});
+  const run_result fused = run(g, p, fs, {.fuse = true});
+  CHECK(max_rel(fused.out, unfused.out) <= 1e-12);
+  CHECK(max_rel(fused.grads, unfused.grads) <= 1e-12);
+  test::require_gradcheck(g, p, feeds, {.fuse = 1});
+}
+
+tensor<std::int32_t> ints(dims_t d, std::vector<std::int32_t> v) { return tensor<std::int32_t>(d, std::move(v)); }
+
+}  // namespace
+
+TEMPLATE_TEST_CASE_SIG("fused self-attention equals the primitives, with every mask kind", "", ((int H), H), 1, 2, 4) {
+  auto x = test::random_tensor<double>({3, 5, D}, 3);
+  SECTION("no mask") { require_fused_equals_unfused(make_graph(nn::self_attention<"a", H>(X{})), {{"x", x}}); }
+  SECTION("causal") {
+    require_fused_equals_unfused(make_graph(nn::self_attention<"a", H>(X{}, nn::causal)), {{"x", x}});
+  }
+  SECTION("causal and padding, with a fully masked sequence") {
+    auto len = ints({3}, {5, 0, 2});
+    require_fused_equals_unfused(make_graph(nn::self_attention<"a", H>(X{}, nn::causal, nn::padding(Len{}))),
+                                 {{"x", x}, {"len", len}});
+  }
+  SECTION("left padding") {
+    auto first = ints({3}, {0, 2, 4});
+    require_fused_equals_unfused(make_graph(nn::self_attention<"a", H>(X{}, nn::causal, nn::left_padding(Len{}))),
+                                 {{"x", x}, {"len", first}});
+  }
+  SECTION("boolean mask, broadcast over the heads") {
+    tensor<std::uint8_t> allowed(dims_t{3, 1, 5, 5});
+    for (std::int64_t i = 0; i < allowed.size(); ++i) allowed[i] = static_cast<std::uint8_t>((i * 7) % 3 != 0);
+    require_fused_equals_unfused(make_graph(nn::self_attention<"a", H>(X{}, nn::allowed(Allowed{}))),
+                                 {{"x", x}, {"allowed", allowed}});
+  }
+}
+
+TEST_CASE("fused cross-attention equals the primitives: S ≠ T, padding of the memory") {
+  auto x = test::random_tensor<double>({2, 3, D}, 4);
+  auto mem = test::random_tensor<double>({2, 6, D}, 5);
+  auto len = ints({2}, {6, 4});
+  require_fused_equals_unfused(make_graph(nn::cross_attention<"c", 2>(X{}, Mem{}, nn::padding(Len{}))),
+                               {{"x", x}, {"mem", mem}, {"len", len}});
+}
+
+TEST_CASE("fused attention over rank-3 and rank-2 operands, one query row against many keys") {
+  auto q3 = input<"q", shape<dyn<"B">, dyn<"T">, fix<4>>>();
+  auto k3 = input<"k", shape<dyn<"B">, dyn<"S">, fix<4>>>();
+  auto v3 = input<"v", shape<dyn<"B">, dyn<"S">, fix<3>>>();
+  require_fused_equals_unfused(make_graph(nn::attention(q3, k3, v3, nn::causal)),
+                               {{"q", test::random_tensor<double>({2, 1, 4}, 6)},
+                                {"k", test::random_tensor<double>({2, 300, 4}, 7)},
+                                {"v", test::random_tensor<double>({2, 300, 3}, 8)}});
+  auto q2 = input<"q", shape<dyn<"T">, fix<4>>>();
+  auto k2 = input<"k", shape<dyn<"S">, fix<4>>>();
+  auto v2 = input<"v", shape<dyn<"S">, fix<3>>>();
+  require_fused_equals_unfused(make_graph(nn::attention(q2, k2, v2)),
+                               {{"q", test::random_tensor<double>({70, 4}, 9)},  // more rows than a block
+                                {"k", test::random_tensor<double>({260, 4}, 10)},
+                                {"v", test::random_tensor<double>({260, 3}, 11)}});
+}
+
+TEST_CASE("a fused encoder-decoder trains to the same numbers as the unfused one") {
+  constexpr nn::transformer_config c{.d_model = 16, .heads = 4, .ffn = 24, .encoder_layers = 2, .decoder_layers = 2,
+                                     .src_vocab = 11, .tgt_vocab = 9};
+  auto g = make_graph(nn::seq2seq<c, nn::eval_mode>::loss<0, 0.1>());
+  auto src = ints({2, 5}, {1, 2, 3, 4, 5, 6, 7, 8, 0, 0});
+  auto src_len = ints({2}, {5, 3});
+  auto tgt = ints({2, 4}, {1, 2, 3, 4, 1, 5, 6, 0});
+  auto target = ints({2, 4}, {2, 3, 4, 8, 5, 6, 8, 0});
+  const std::vector<feed> feeds{{"src", src}, {"src_len", src_len}, {"tgt", tgt}, {"target", target}};
+  auto p = g.make_params<double>(2);
+  const executor<double> probe(g.plan(), p, {.fuse = true});
+  CHECK(ops_of(probe.plan()).count("softmax") == 0);  // six attentions, all fused
+  const run_result unfused = run(g, p, feeds, {.fuse = false});
+  const run_result fused = run(g, p, feeds, {.fuse = true});
+  CHECK(max_rel(fused.out, unfused.out) <= 1e-12);
+  CHECK(max_rel(fused.grads, unfused.grads) <= 1e-12);
+}
+
+TEST_CASE("fused attention gives the same bits for 1, 2 and 4 threads") {
+  auto g = make_graph(sum(nn::self_attention<"a", 2>(X{}, nn::causal)));
+  auto p = g.make_params<float>(1);
+  auto x = test::random_tensor<float>({4, 150, D}, 12);  // several query and key blocks
+  std::vector<std::vector<float>> results;
+  for (int threads : {1, 2, 4}) {
+    auto ex = g.executor<float>(p, {.threads = threads, .input_grads = true, .fuse = true});
+    ex.forward({{"x", x}});
+    ex.backward();
+    std::vector<float> all{ex.output()[0]};
+    for (auto& [name, e] : p) all.insert(all.end(), e.grad.values().begin(), e.grad.values().end());
+    auto gx = ex.input_grad("x");
+    all.insert(all.end(), gx.data, gx.data + gx.size());
+    results.push_back(all);
+  }
+  CHECK(std::memcmp(results[0].data(), results[1].data(), results[0].size() * sizeof(float)) == 0);
+  CHECK(std::memcmp(results[0].data(), results[2].data(), results[0].size() * sizeof(float)) == 0);
+}
+
+TEST_CASE("fusion keeps no scores: the plan has no [B, H, T, T] buffer and a smaller arena") {
+  auto g = make_graph(sum(nn::self_attention<"a", 4>(X{}, nn::causal)));
+  const auto fused = g.memory_plan<float>({{"B", 8}, {"T", 128}}, {.fuse = true});
+  const auto unfused = g.memory_plan<float>({{"B", 8}, {"T", 128}}, {.fuse = false});
+  INFO(fused.str(8) << unfused.str(8));
+  for (const auto& b : fused.buffers) CHECK(b.shape.find("T, T]") == std::string::npos);
+  CHECK(fused.peak_bytes < unfused.peak_bytes / 2);
+}
+
+TEST_CASE("a node fused away is not readable, unless kept: then its pattern runs unfused") {
+  auto g = make_graph(sum(nn::self_attention<"a", 2>(X{}, nn::causal)));
+  auto p = g.make_params<float>(1);
+  auto x = test::random_tensor<float>({1, 3, D}, 13);
+  auto weights = nn::self_attention_weights<"a", 2>(X{}, nn::causal);
+  auto ex = g.executor<float>(p);
+  ex.forward({{"x", x}});
+  CHECK_THAT(test::message_of([&] { ex.value(weights); }),
+             Catch::Contains("was fused into attention") && Catch::Contains("keep()"));
+  CHECK_THAT(ex.dot(), Catch::Contains("attention\\n"));
+  ex.keep(weights);
+  ex.forward({{"x", x}});
+  auto w = ex.value(weights);  // [1, 2, 3, 3]: causal, each row sums to 1
+  REQUIRE(w.dims == dims_t{1, 2, 3, 3});
+  CHECK(w[1] == 0.0f);
+  CHECK(std::abs(w[0] - 1.0f) < 1e-6);
+  CHECK(ops_of(ex.plan()).count("attention") == 0);
+}
