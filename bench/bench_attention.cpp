@@ -1,4 +1,6 @@
-// Multi-head self-attention, float: forward, and forward + backward, at 1 and 2 threads.
+// Multi-head self-attention, float: forward, and forward + backward, at 1 and 2 threads, each
+// fused (the plan's one attention node) and unfused (the primitives as written), with the
+// arena each needs.
 //
 //   x [B, T, d] -> nn::self_attention<"attn", h>(x) -> [B, T, d]
 //
@@ -48,11 +50,23 @@ loom::tensor<float> random_x(std::int64_t b, std::int64_t t, std::int64_t d) {
   return x;
 }
 
-template <long D, int H>
-void attention_forward(benchmark::State& state, std::int64_t b, std::int64_t t, int threads) {
-  auto g = loom::make_graph(loom::nn::self_attention<"attn", H>(x_input<D>()));  // [B, T, d]
+template <long D, int H, bool Causal>
+auto attention_graph() {
+  if constexpr (Causal) return loom::nn::self_attention<"attn", H>(x_input<D>(), loom::nn::causal);  // [B, T, d]
+  else return loom::nn::self_attention<"attn", H>(x_input<D>());
+}
+
+/// The arena of the run's memory plan, in MiB (what fusion saves shows here).
+template <class Run>
+double arena_mib(const Run& run) {
+  return static_cast<double>(run.planned_bytes()) / (1 << 20);
+}
+
+template <long D, int H, bool Causal>
+void attention_forward(benchmark::State& state, std::int64_t b, std::int64_t t, int threads, bool fuse) {
+  auto g = loom::make_graph(attention_graph<D, H, Causal>());
   auto params = g.template make_params<float>(42);
-  auto run = g.template executor<float>(params, {.threads = threads});
+  auto run = g.template executor<float>(params, {.threads = threads, .inference = true, .fuse = fuse});
   const auto x = random_x(b, t, D);
 
   run.forward({{"x", x}});  // warm-up: allocates the arena, faults its pages in, warms caches
@@ -63,15 +77,16 @@ void attention_forward(benchmark::State& state, std::int64_t b, std::int64_t t, 
   }
   state.counters["GFLOP"] =
       benchmark::Counter(attention_flops(b, t, D) * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["arena_MiB"] = arena_mib(run);
 }
 
-template <long D, int H>
-void attention_forward_backward(benchmark::State& state, std::int64_t b, std::int64_t t, int threads) {
+template <long D, int H, bool Causal>
+void attention_forward_backward(benchmark::State& state, std::int64_t b, std::int64_t t, int threads, bool fuse) {
   // a scalar loss, so that backward() has a start; the sum adds B·T·d additions forward and
   // backward, negligible next to the GEMMs
-  auto g = loom::make_graph(loom::sum(loom::nn::self_attention<"attn", H>(x_input<D>())));
+  auto g = loom::make_graph(loom::sum(attention_graph<D, H, Causal>()));
   auto params = g.template make_params<float>(42);
-  auto run = g.template executor<float>(params, {.threads = threads});
+  auto run = g.template executor<float>(params, {.threads = threads, .fuse = fuse});
   const auto x = random_x(b, t, D);
 
   run.forward({{"x", x}});  // warm-up
@@ -84,26 +99,42 @@ void attention_forward_backward(benchmark::State& state, std::int64_t b, std::in
   }
   state.counters["GFLOP"] =
       benchmark::Counter(3 * attention_flops(b, t, D) * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["arena_MiB"] = arena_mib(run);
 }
 
-using bench_fn = void (*)(benchmark::State&, std::int64_t, std::int64_t, int);
+using bench_fn = void (*)(benchmark::State&, std::int64_t, std::int64_t, int, bool);
 
-/// Registers `fn` as "<kind>/B=..,T=..,d=..,h=../threads=n" for n = 1, 2.
+/// Registers `fn` as "<kind>/B=..,T=..,d=..,h=../fused|unfused/threads=n" for n = 1, 2: the
+/// fused plan (one attention node) and the primitives as written, side by side.
 void register_case(const char* kind, bench_fn fn, std::int64_t b, std::int64_t t, long d, int h) {
-  for (int threads : {1, 2}) {
-    std::string name = std::string(kind) + "/B=" + std::to_string(b) + ",T=" + std::to_string(t) +
-                       ",d=" + std::to_string(d) + ",h=" + std::to_string(h) + "/threads=" + std::to_string(threads);
-    bench::measured(benchmark::RegisterBenchmark(name.c_str(), fn, b, t, threads), benchmark::kMillisecond);
-  }
+  for (int threads : {1, 2})
+    for (bool fuse : {true, false}) {
+      std::string name = std::string(kind) + "/B=" + std::to_string(b) + ",T=" + std::to_string(t) +
+                         ",d=" + std::to_string(d) + ",h=" + std::to_string(h) + (fuse ? "/fused" : "/unfused") +
+                         "/threads=" + std::to_string(threads);
+      bench::measured(benchmark::RegisterBenchmark(name.c_str(), fn, b, t, threads, fuse), benchmark::kMillisecond);
+    }
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  register_case("mha_fwd", attention_forward<128, 4>, 8, 128, 128, 4);
-  register_case("mha_fwd_bwd", attention_forward_backward<128, 4>, 8, 128, 128, 4);
-  register_case("mha_fwd", attention_forward<256, 8>, 4, 512, 256, 8);
-  register_case("mha_fwd_bwd", attention_forward_backward<256, 8>, 4, 512, 256, 8);
+  // the tiny training model's attention, the shapes of scripts/bench_vs_torch, then longer
+  // sequences and causal masks
+  register_case("mha_fwd", attention_forward<64, 4, false>, 32, 16, 64, 4);
+  register_case("mha_fwd_bwd", attention_forward_backward<64, 4, false>, 32, 16, 64, 4);
+  register_case("mha_fwd", attention_forward<64, 4, false>, 8, 32, 64, 4);
+  register_case("mha_fwd_bwd", attention_forward_backward<64, 4, false>, 8, 32, 64, 4);
+  register_case("mha_fwd", attention_forward<128, 4, false>, 8, 128, 128, 4);
+  register_case("mha_fwd_bwd", attention_forward_backward<128, 4, false>, 8, 128, 128, 4);
+  register_case("mha_fwd", attention_forward<256, 8, false>, 4, 512, 256, 8);
+  register_case("mha_fwd_bwd", attention_forward_backward<256, 8, false>, 4, 512, 256, 8);
+  register_case("mha_fwd", attention_forward<512, 8, false>, 1, 1024, 512, 8);
+  register_case("mha_fwd_bwd", attention_forward_backward<512, 8, false>, 1, 1024, 512, 8);
+  register_case("mha_causal_fwd", attention_forward<512, 8, true>, 1, 1024, 512, 8);
+  register_case("mha_causal_fwd_bwd", attention_forward_backward<512, 8, true>, 1, 1024, 512, 8);
+  register_case("mha_causal_fwd", attention_forward<512, 8, true>, 1, 2048, 512, 8);
+  register_case("mha_causal_fwd_bwd", attention_forward_backward<512, 8, true>, 1, 2048, 512, 8);
 
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;

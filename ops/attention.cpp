@@ -22,7 +22,7 @@
 namespace loom::ops {
 namespace fused_attention {  // named, not anonymous: the kernels' lambdas capture these types
 
-constexpr std::int64_t query_block = 64, key_block = 256;
+constexpr std::int64_t query_block = 128, key_block = 256;
 
 /// An operand as [N][rows][cols]: entry n's row r starts at base + off[n] + r · ld.
 template <class P>
