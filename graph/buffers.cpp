@@ -22,10 +22,12 @@ void executor<T>::impl::allocate() {
   for (std::size_t b = 0; b < sizes.size(); ++b) {
     const int node = buffers.buffers[b].node;
     if (node < 0) continue;  // merged into another buffer (in place)
-    if (buffers.buffers[b].saved) {
+    if (buffers.buffers[b].saved || buffers.buffers[b].scratch) {
       std::vector<dims_t> in;
       for (int x : plan.inputs(node)) in.push_back(dims[x]);
-      sizes[b] = aligned(plan.order[node]->op->saved_elements(plan.order[node]->fused, dims[node], in));
+      const op_entry& op = *plan.order[node]->op;
+      sizes[b] = aligned((buffers.buffers[b].saved ? op.saved_elements : op.scratch_elements)(plan.order[node]->fused,
+                                                                                              dims[node], in));
       continue;
     }
     const bool input = plan.order[node]->op->role == node_role::input;
@@ -38,15 +40,18 @@ void executor<T>::impl::allocate() {
   off_grad.assign(n, 0);
   off_val_bwd.assign(n, 0);
   off_saved.assign(n, 0);
+  off_scratch.assign(n, 0);
   for (int i = 0; i < n; ++i) {
     if (buffers.saved_buf[i] >= 0) off_saved[i] = buffer_offset[buffers.saved_buf[i]];
+    if (buffers.scratch_buf[i] >= 0) off_scratch[i] = buffer_offset[buffers.scratch_buf[i]];
     if (buffers.val_buf[i] >= 0) off_val[i] = buffer_offset[buffers.val_buf[i]];
     if (buffers.val_buf_bwd[i] >= 0) off_val_bwd[i] = buffer_offset[buffers.val_buf_bwd[i]];
     if (buffers.grad_buf[i] >= 0) off_grad[i] = buffer_offset[buffers.grad_buf[i]];
   }
-  if (mem && planned_elems <= mem_elems) return;
-  const std::int64_t want = mem ? std::max(planned_elems, 2 * mem_elems) : planned_elems;
-  mem.reset(new T[static_cast<std::size_t>(std::max<std::int64_t>(want, 1))]());
+  if (mem_ptr && planned_elems <= mem_elems) return;
+  const std::int64_t want = mem_ptr ? std::max(planned_elems, 2 * mem_elems) : planned_elems;
+  arena_storage = std::vector<T, aligned_allocator<T>>(static_cast<std::size_t>(std::max<std::int64_t>(want, 1)));
+  mem_ptr = arena_storage.data();
   mem_elems = want;
 }
 
@@ -81,17 +86,17 @@ void executor<T>::impl::place_buffers() {
       grad[i] = params->grad(d->name).data();
     } else if (d->op->role == node_role::input) {
       // a strided feed some consumer cannot read is copied to the arena by forward()
-      val[i] = materialize[i] ? mem.get() + off_val[i] : feeds[static_cast<std::size_t>(node_feed[i])].data();
-      grad[i] = needs_grad[i] ? mem.get() + off_grad[i] : nullptr;
+      val[i] = materialize[i] ? mem_ptr + off_val[i] : feeds[static_cast<std::size_t>(node_feed[i])].data();
+      grad[i] = needs_grad[i] ? mem_ptr + off_grad[i] : nullptr;
     } else if (appended[i]) {  // input 0's storage, grown in place
       val[i] = val[plan.inputs(i)[0]];
-      grad[i] = needs_grad[i] ? mem.get() + off_grad[i] : nullptr;
+      grad[i] = needs_grad[i] ? mem_ptr + off_grad[i] : nullptr;
     } else if (view_of[i] >= 0) {
       val[i] = val[view_of[i]];
-      grad[i] = !needs_grad[i] ? nullptr : grad_view[i] ? grad[view_of[i]] : mem.get() + off_grad[i];
+      grad[i] = !needs_grad[i] ? nullptr : grad_view[i] ? grad[view_of[i]] : mem_ptr + off_grad[i];
     } else {
-      val[i] = mem.get() + off_val[i];
-      grad[i] = needs_grad[i] ? mem.get() + off_grad[i] : nullptr;
+      val[i] = mem_ptr + off_val[i];
+      grad[i] = needs_grad[i] ? mem_ptr + off_grad[i] : nullptr;
     }
   }
   refresh_edges();
@@ -147,7 +152,8 @@ ops::op_args<T> executor<T>::impl::args(int i) const {
   a.dout = grad[i];
   a.training = opts.training;
   a.fused = plan.order[i]->fused;
-  a.saved = buffers.saved_buf[i] >= 0 ? mem.get() + off_saved[i] : nullptr;
+  a.saved = buffers.saved_buf[i] >= 0 ? mem_ptr + off_saved[i] : nullptr;
+  a.scratch = buffers.scratch_buf[i] >= 0 ? mem_ptr + off_scratch[i] : nullptr;
   return a;
 }
 

@@ -126,7 +126,7 @@ void executor<T>::impl::backward(std::span<const tensor<T>> cot) {
   // values recomputed in backward live in their second buffer (planner.hpp)
   if (!buffers.recompute.empty()) {
     for (int i = 0; i < n; ++i)
-      if (buffers.val_buf_bwd[i] >= 0) val[i] = mem.get() + off_val_bwd[i];
+      if (buffers.val_buf_bwd[i] >= 0) val[i] = mem_ptr + off_val_bwd[i];
     refresh_edges();
   }
   auto compute = [this](int i) {

@@ -76,8 +76,10 @@ struct executor<T>::impl {
   std::vector<std::int64_t> off_val, off_grad;  // per node, in elements
   std::vector<std::int64_t> off_val_bwd;        // per node recomputed in backward: its second buffer
   std::vector<std::int64_t> off_saved;          // per node with a saved buffer (op_entry::saved_elements)
+  std::vector<std::int64_t> off_scratch;        // per node with a backward workspace (op_entry::scratch_elements)
   std::vector<std::int64_t> buffer_offset;      // per planned buffer
-  std::unique_ptr<T[]> mem;
+  std::vector<T, aligned_allocator<T>> arena_storage;  // the arena, 64-byte aligned
+  T* mem_ptr = nullptr;
   std::int64_t mem_elems = 0;                   // allocated
   std::int64_t planned_elems = 0;               // needed by the last bind's placement
 

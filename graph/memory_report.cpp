@@ -58,11 +58,13 @@ memory_report executor<T>::memory_plan(std::span<const std::pair<std::string_vie
   for (std::size_t b = 0; b < sizes.size(); ++b) {
     const int node = bp.buffers[b].node;
     if (node < 0) continue;
-    if (bp.buffers[b].saved) {
+    if (bp.buffers[b].saved || bp.buffers[b].scratch) {
       size_of(node);  // checks the node's size for overflow
       std::vector<dims_t> in;
       for (int x : plan.inputs(node)) in.push_back(dims_of(x));
-      sizes[b] = (plan.order[node]->op->saved_elements(plan.order[node]->fused, dims_of(node), in) + 15) / 16 * 16;
+      const op_entry& op = *plan.order[node]->op;
+      sizes[b] = ((bp.buffers[b].saved ? op.saved_elements : op.scratch_elements)(plan.order[node]->fused,
+                                                                                  dims_of(node), in) + 15) / 16 * 16;
       continue;
     }
     // inputs are read from their feeds, and a node that may grow its input's storage in place
@@ -81,9 +83,9 @@ memory_report executor<T>::memory_plan(std::span<const std::pair<std::string_vie
     const auto& owners = pb.grad ? bp.grad_buf : bp.val_buf;
     int shared = 0;
     for (int i = 0; i < m.n; ++i) shared += owners[i] == static_cast<int>(b) && i != pb.node;
-    e.what = plan.describe(pb.node) + (pb.saved ? " (saved for backward)" : "") +
+    e.what = plan.describe(pb.node) + (pb.saved ? " (saved for backward)" : pb.scratch ? " (backward workspace)" : "") +
              (shared ? " + " + std::to_string(shared) + " more" : "");
-    e.shape = pb.saved ? "(" + std::to_string(sizes[b]) + " elements)" : plan.shape_text(pb.node);
+    e.shape = pb.saved || pb.scratch ? "(" + std::to_string(sizes[b]) + " elements)" : plan.shape_text(pb.node);
     e.grad = pb.grad;
     e.bytes = static_cast<std::size_t>(sizes[b]) * sizeof(T);
     e.offset = static_cast<std::size_t>(offsets[b]) * sizeof(T);

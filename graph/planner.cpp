@@ -42,6 +42,7 @@ buffer_plan plan_buffers(const planner_input& input) {
   bp.grad_kept.assign(n, 0);
   bp.in_place_of.assign(n, -1);
   bp.saved_buf.assign(n, -1);
+  bp.scratch_buf.assign(n, -1);
   std::vector<std::uint8_t>& pinned_node = c.pinned_node;
   pinned_node.assign(n, 0);
   for (int r : plan.roots) pinned_node[r] = 1;
@@ -79,6 +80,12 @@ buffer_plan plan_buffers(const planner_input& input) {
     bp.buffers[static_cast<std::size_t>(bp.saved_buf[i])].saved = true;
     touch(bp.saved_buf[i], fstep(i), i, -1);
     if (runs_backward(i)) touch(bp.saved_buf[i], bstep(i), -1, i);
+  }
+  for (int i = 0; i < n; ++i) {  // and what its backward uses, alive during that backward only
+    if (!runs_backward(i) || !plan.order[i]->op->scratch_elements) continue;
+    bp.scratch_buf[i] = new_buffer(i, false);
+    bp.buffers[static_cast<std::size_t>(bp.scratch_buf[i])].scratch = true;
+    touch(bp.scratch_buf[i], bstep(i), -1, i);
   }
 
   // ---- in place: node i overwrites its input 0 when that buffer is read by nobody after i

@@ -27,6 +27,7 @@ struct planned_buffer {
   int node = -1;            // the node whose dims give its size
   bool grad = false;        // a gradient (else a value)
   bool saved = false;       // what the node's forward saves for its backward (op_entry::saved_elements)
+  bool scratch = false;     // the node's backward workspace (op_entry::scratch_elements)
   int first = 0, last = 0;  // steps of its first write and last access
   bool pinned = false;      // lives to the end: an output, a kept node, an input's gradient
   std::vector<int> fwd_tasks, bwd_tasks;  // nodes whose forward / backward task accesses it
@@ -49,6 +50,7 @@ struct buffer_plan {
   std::vector<planned_buffer> buffers;
   std::vector<int> val_buf, grad_buf;     // per node: its buffer, or −1 (parameters, fed inputs)
   std::vector<int> saved_buf;             // per node: its saved buffer (op_entry::saved_elements), or −1
+  std::vector<int> scratch_buf;           // per node: its backward workspace (op_entry::scratch_elements), or −1
   std::vector<std::uint8_t> value_kept;   // per node: its value is readable after the step
   std::vector<std::uint8_t> grad_kept;    // per node: its gradient is readable after backward
   std::vector<int> in_place_of;           // per node: the input whose buffer it overwrites, or −1

@@ -6,9 +6,10 @@
 namespace loom::ops {
 
 fusion_rule attention_fusion_rule();  // attention_fusion.cpp
+fusion_rule linear_fusion_rule();     // linear_fusion.cpp
 
 std::span<const fusion_rule> fusion_rules() {
-  static const std::array<fusion_rule, 1> rules{attention_fusion_rule()};
+  static const std::array<fusion_rule, 2> rules{attention_fusion_rule(), linear_fusion_rule()};
   return rules;
 }
 

@@ -42,6 +42,8 @@ struct op_args {
   const void* fused = nullptr;
   // the buffer forward writes for backward (op_entry::saved_elements), or nullptr
   T* saved = nullptr;
+  // backward's workspace (op_entry::scratch_elements), or nullptr
+  T* scratch = nullptr;
 
   template <class U = T>
   const U* input(int i) const {

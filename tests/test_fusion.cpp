@@ -199,3 +199,30 @@ TEST_CASE("a node fused away is not readable, unless kept: then its pattern runs
   CHECK(std::abs(w[0] - 1.0f) < 1e-6);
   CHECK(ops_of(ex.plan()).count("attention") == 0);
 }
+
+TEST_CASE("fused linear layers (bias, relu, gelu epilogues) give the unfused bits") {
+  auto ffn_relu = make_graph(sum(nn::linear<"l2", D>(relu(nn::linear<"l1", 24>(X{})))));
+  auto ffn_gelu = make_graph(sum(nn::linear<"l2", D>(gelu(nn::linear<"l1", 24>(X{})))));
+  auto x = test::random_tensor<float>({3, 70, D}, 14);
+  auto bits = [&](const auto& g, bool fuse) {
+    auto p = g.template make_params<float>(3);
+    auto ex = g.template executor<float>(p, {.input_grads = true, .fuse = fuse});
+    ex.forward({{"x", x}});
+    ex.backward();
+    std::vector<float> all{ex.output()[0]};
+    for (auto& [name, e] : p) all.insert(all.end(), e.grad.values().begin(), e.grad.values().end());
+    auto gx = ex.input_grad("x");
+    all.insert(all.end(), gx.data, gx.data + gx.size());
+    return std::make_pair(all, ops_of(ex.plan()));
+  };
+  for (int relu_or_gelu = 0; relu_or_gelu < 2; ++relu_or_gelu) {
+    const auto [fused, fused_ops] = relu_or_gelu == 0 ? bits(ffn_relu, true) : bits(ffn_gelu, true);
+    const auto [unfused, unfused_ops] = relu_or_gelu == 0 ? bits(ffn_relu, false) : bits(ffn_gelu, false);
+    CHECK(fused_ops.count(relu_or_gelu == 0 ? "linear_relu" : "linear_gelu") == 1);
+    CHECK(fused_ops.count("linear") == 1);
+    CHECK(fused_ops.count("add") == 0);
+    CHECK(unfused_ops.count("linear") == 0);
+    REQUIRE(fused.size() == unfused.size());
+    CHECK(std::memcmp(fused.data(), unfused.data(), fused.size() * sizeof(float)) == 0);
+  }
+}

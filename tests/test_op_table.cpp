@@ -245,6 +245,21 @@ const std::map<std::string_view, std::function<case_result()>>& cases() {
                          {{"q", rnd({2, 3, 4}, 26)}, {"k", rnd({2, 5, 4}, 27)}, {"v", rnd({2, 5, 3}, 28)},
                           {"len", tokens({2}, {5, 4})}});
        }},
+      {"linear",  // fused by the plan rewrite from add(matmul(x, wᵀ), b)
+       [] {
+         auto x = input<"x", shape<fix<2>, fix<3>, fix<4>>>();
+         return run_case(make_graph(nn::linear<"l", 5>(x)), op_named("linear"), {{"x", rnd({2, 3, 4}, 29)}});
+       }},
+      {"linear_relu",
+       [] {
+         auto x = input<"x", shape<fix<3>, fix<4>>>();
+         return run_case(make_graph(relu(nn::linear<"l", 5>(x))), op_named("linear_relu"), {{"x", rnd({3, 4}, 30)}});
+       }},
+      {"linear_gelu",
+       [] {
+         auto x = input<"x", shape<fix<3>, fix<4>>>();
+         return run_case(make_graph(gelu(nn::linear<"l", 5>(x))), op_named("linear_gelu"), {{"x", rnd({3, 4}, 31)}});
+       }},
       {"silu",
        [] {
          auto x = input<"x", shape<fix<2>, fix<3>>>();

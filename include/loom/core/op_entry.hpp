@@ -97,6 +97,9 @@ struct op_entry {
   /// fused attention's row log-sum-exp), given the node's fused parameters (op_args::fused),
   /// its output dims and its inputs' dims; null: none. Kernels see it as op_args::saved.
   std::int64_t (*saved_elements)(const void* fused, const dims_t& out, std::span<const dims_t> in) = nullptr;
+  /// Elements of a workspace the node's backward needs (alive during that backward only), from
+  /// the same facts; null: none. Kernels see it as op_args::scratch.
+  std::int64_t (*scratch_elements)(const void* fused, const dims_t& out, std::span<const dims_t> in) = nullptr;
   /// The op is made by a plan rewrite (ops/fusion.hpp) from a pattern of other ops, never by
   /// user code; its kernels read the rewrite's parameters from op_args::fused.
   bool fused = false;

@@ -1,0 +1,112 @@
+// Fused linear kernels. See ops/fused_linear.hpp for the math; the products are matmul's
+// (gemm_chunks.hpp), with the same row chunks, so a fused linear gives the unfused bits.
+#include <cmath>
+
+#include "fused_linear.hpp"
+#include "gemm_chunks.hpp"
+#include "parallel.hpp"
+#include "reduce.hpp"
+
+namespace loom::ops {
+namespace fused_linear {
+
+constexpr double inv_sqrt2 = 0.70710678118654752440, inv_sqrt_2pi = 0.39894228040143267794;
+
+template <class T>
+T gelu(T z) {
+  return z * T(0.5) * (T(1) + std::erf(z * T(inv_sqrt2)));
+}
+template <class T>
+T gelu_slope(T z) {  // Φ(z) + z φ(z)
+  const T cdf = T(0.5) * (T(1) + std::erf(z * T(inv_sqrt2)));
+  const T pdf = T(inv_sqrt_2pi) * std::exp(T(-0.5) * z * z);
+  return cdf + z * pdf;
+}
+
+struct sizes {
+  std::int64_t rows, k, n;
+};
+template <class T>
+sizes sizes_of(const op_args<T>& a) {
+  const std::int64_t k = a.in_dims[1][1], n = a.in_dims[1][0];
+  return {k ? a.in_dims[0].size() / k : 0, k, n};
+}
+
+}  // namespace fused_linear
+
+using namespace fused_linear;
+using namespace gemm_chunks;
+
+std::int64_t linear_output_elements(const void*, const dims_t& out, std::span<const dims_t>) { return out.size(); }
+
+template <class T>
+void linear_kernel<T>::forward(const op_args<T>& a) {
+  const auto act = static_cast<const linear_params*>(a.fused)->act;
+  const auto [rows, k, n] = sizes_of(a);
+  const T* x = a.input(0);
+  const T* w = a.input(1);
+  const T* b = a.input(2);
+  T* y = a.out;
+  T* z_saved = a.saved;  // gelu: z, for backward
+  const std::int64_t grain = row_grain(n, k), chunks = (rows + grain - 1) / grain;
+  for_chunks(chunks, 1, [&](std::int64_t c0, std::int64_t c1) {
+    for (std::int64_t ch = c0; ch < c1; ++ch) {
+      const std::int64_t r0 = ch * grain, r1 = std::min(rows, r0 + grain);
+      gemm<T>(false, true, r1 - r0, n, k, T(1), x + r0 * k, k, w, k, T(0), y + r0 * n, n);
+      for (std::int64_t r = r0; r < r1; ++r) {  // the epilogue, while the rows are in cache
+        T* yr = y + r * n;
+        switch (act) {
+          case linear_params::none:
+            for (std::int64_t j = 0; j < n; ++j) yr[j] = yr[j] + b[j];
+            break;
+          case linear_params::relu:
+            for (std::int64_t j = 0; j < n; ++j) yr[j] = std::max(yr[j] + b[j], T(0));
+            break;
+          case linear_params::gelu: {
+            T* zr = z_saved + r * n;
+            for (std::int64_t j = 0; j < n; ++j) {
+              zr[j] = yr[j] + b[j];
+              yr[j] = gelu(zr[j]);
+            }
+            break;
+          }
+        }
+      }
+    }
+  });
+}
+
+template <class T>
+void linear_kernel<T>::backward(const op_args<T>& a) {
+  const auto act = static_cast<const linear_params*>(a.fused)->act;
+  const auto [rows, k, n] = sizes_of(a);
+  const T* x = a.input(0);
+  const T* w = a.input(1);
+  const T* dy = a.dout;
+  const T* dz = dy;
+  if (act != linear_params::none) {  // dz = dy ⊙ act'(z), in the workspace (relu) or over z (gelu)
+    T* out = act == linear_params::relu ? a.scratch : a.saved;
+    const T* y = a.out;
+    for_chunks(rows * n, 1 << 15, [&](std::int64_t i0, std::int64_t i1) {
+      if (act == linear_params::relu)
+        for (std::int64_t i = i0; i < i1; ++i) {
+          const T g = dy[i];  // loaded unconditionally, so that the select vectorises
+          out[i] = y[i] > T(0) ? g : T(0);
+        }
+      else
+        for (std::int64_t i = i0; i < i1; ++i) out[i] = dy[i] * gelu_slope(out[i]);
+    });
+    dz = out;
+  }
+  if (T* db = a.grad(2))  // db = Σ_rows dz
+    sum_over_rows(rows, n, column_sum{db, a.fresh(2), [&](std::int64_t r, std::int64_t j) { return dz[r * n + j]; }});
+  if (T* dx = a.grad(0))  // dx [rows, k] = dz [rows, n] · w [n, k]
+    batched_gemm<T>(false, false, 1, rows, k, n, dz, n, 0, w, k, 0, dx, 0, a.fresh(0) ? T(0) : T(1));
+  if (T* dw = a.grad(1))  // dw [n, k] = dzᵀ · x, summed over the rows
+    summed_gemm<T>(true, false, 1, n, k, rows, dz, n, 0, x, k, 0, dw, a.fresh(1) ? T(0) : T(1));
+}
+
+template struct linear_kernel<float>;
+template struct linear_kernel<double>;
+
+}  // namespace loom::ops
