@@ -17,6 +17,7 @@
 #include "fused_attention.hpp"
 #include "loom/core/errors.hpp"
 #include "parallel.hpp"
+#include "vector_isa.hpp"
 #include "vmath.hpp"
 
 namespace loom::ops {
@@ -203,7 +204,7 @@ T* scratch(std::size_t elements) {
 
 // Rows [r0, r1) of entry n: the online softmax over key blocks, then o and the row lse.
 template <class T>
-void forward_rows(const problem<T>& pr, T* out, T* lse, std::int64_t n, std::int64_t r0, std::int64_t r1) {
+LOOM_VECTOR_CLONES void forward_rows(const problem<T>& pr, T* out, T* lse, std::int64_t n, std::int64_t r0, std::int64_t r1) {
   const T neg_inf = -std::numeric_limits<T>::infinity();
   const std::int64_t rows = r1 - r0, dv = pr.dv;
   T* s = scratch<T>(static_cast<std::size_t>(rows * (key_block + dv + 2)));
@@ -246,7 +247,7 @@ void forward_rows(const problem<T>& pr, T* out, T* lse, std::int64_t n, std::int
 
 // Entry n's gradients: dq, dk, dv (each may be null) added to; blocks recomputed from lse.
 template <class T>
-void backward_entry(const problem<T>& pr, const operand<const T>& dout, const operand<T>& dq, const operand<T>& dk,
+LOOM_VECTOR_CLONES void backward_entry(const problem<T>& pr, const operand<const T>& dout, const operand<T>& dq, const operand<T>& dk,
                     const operand<T>& dvv, const T* lse, std::int64_t n) {
   const T neg_inf = -std::numeric_limits<T>::infinity();
   const T c = static_cast<T>(pr.p->scale);

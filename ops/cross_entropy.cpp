@@ -14,6 +14,7 @@
 #include "loom/ops/cross_entropy.hpp"
 #include "loom/core/errors.hpp"
 #include "parallel.hpp"
+#include "vector_isa.hpp"
 #include "vmath.hpp"
 
 namespace loom::ops {
@@ -51,7 +52,7 @@ struct operands {
 
 // max and log Σ exp(x − max) of one row
 template <class T>
-T log_sum_exp(const T* x, std::int64_t v) {
+LOOM_VECTOR_CLONES T log_sum_exp(const T* x, std::int64_t v) {
   const T mx = lane_max(x, v);
   if (mx == -std::numeric_limits<T>::infinity()) return mx;
   T lane[8] = {0, 0, 0, 0, 0, 0, 0, 0};
@@ -61,6 +62,14 @@ T log_sum_exp(const T* x, std::int64_t v) {
   T total = ((lane[0] + lane[1]) + (lane[2] + lane[3])) + ((lane[4] + lane[5]) + (lane[6] + lane[7]));
   for (; c < v; ++c) total += vexp(x[c] - mx);
   return mx + std::log(total);
+}
+
+// dx for one row whose target is t: coef · (softmax(x) − (1 − ε)[c = t] − ε / V), stored when First.
+template <class T, bool First>
+LOOM_VECTOR_CLONES void backward_row(const T* xr, T* dxr, std::int64_t v, std::int32_t t, T coef, T uniform, T on_target) {
+  const T lse = log_sum_exp(xr, v);
+  for (std::int64_t c = 0; c < v; ++c) put<First>(dxr[c], coef * (vexp(xr[c] - lse) - uniform));
+  dxr[t] -= coef * on_target;
 }
 
 }  // namespace
@@ -111,10 +120,7 @@ void cross_entropy_kernel<T>::backward(const op_args<T>& a) {
           if constexpr (first()) std::fill(dxr, dxr + v, T(0));
           continue;
         }
-        const T* xr = x + r * v;
-        const T lse = log_sum_exp(xr, v);
-        for (std::int64_t c = 0; c < v; ++c) put<first()>(dxr[c], coef * (vexp(xr[c] - lse) - uniform));
-        dxr[target[r]] -= coef * on_target;
+        backward_row<T, first()>(x + r * v, dxr, v, target[r], coef, uniform, on_target);
       }
     });
   });

@@ -2,8 +2,9 @@
 //   forward:  μ = Σ x / D, σ² = Σ (x − μ)² / D, r = 1/√(σ² + ε), x̂ = (x − μ) r,
 //             y = x̂ ⊙ gamma + beta   (statistics in eight-lane sums of T)
 //   backward: g = dy ⊙ gamma;  dx += r (g − mean(g) − x̂ mean(g ⊙ x̂));
-//             dgamma += Σ_rows dy ⊙ x̂;  dbeta += Σ_rows dy  (columns in parallel chunks,
-//             rows in order inside each, so sums do not depend on the thread count)
+//             dgamma += Σ_rows dy ⊙ x̂;  dbeta += Σ_rows dy  — one pass over the rows: each
+//             chunk of rows (bounds fixed by the sizes) sums its own, the chunks are then added
+//             in order, so sums do not depend on the thread count
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -12,6 +13,7 @@
 #include "loom/ops/layer_norm.hpp"
 #include "parallel.hpp"
 #include "reduce.hpp"
+#include "vector_isa.hpp"
 #include "vmath.hpp"
 
 namespace loom::ops {
@@ -36,6 +38,43 @@ row_stats<T> stats_of(const T* x, std::int64_t d, double eps) {
   return {mean, static_cast<T>(1.0 / std::sqrt(static_cast<double>(sq) / static_cast<double>(d) + eps))};
 }
 
+// Rows [r0, r1): y = (x − μ) r ⊙ gamma + beta.
+template <class T>
+LOOM_VECTOR_CLONES void forward_rows(const T* x, const T* gamma, const T* beta, T* y, std::int64_t r0, std::int64_t r1,
+                                     std::int64_t d, double eps) {
+  for (std::int64_t r = r0; r < r1; ++r) {
+    const T* xr = x + r * d;
+    T* yr = y + r * d;
+    const row_stats<T> s = stats_of(xr, d, eps);
+    for (std::int64_t j = 0; j < d; ++j) yr[j] = (xr[j] - s.mean) * s.rstd * gamma[j] + beta[j];
+  }
+}
+
+// Rows [r0, r1) in one pass: the statistics again, dx (stored when Fresh, else added; skipped
+// when null), and this chunk's sums Σ dy ⊙ x̂ and Σ dy into pg and pb (zeroed first).
+template <class T, bool Fresh>
+LOOM_VECTOR_CLONES void backward_rows(const T* x, const T* gamma, const T* dy, T* dx, T* pg, T* pb, T* g, T* xhat,
+                                      std::int64_t r0, std::int64_t r1, std::int64_t d, double eps) {
+  std::fill(pg, pg + d, T(0));
+  std::fill(pb, pb + d, T(0));
+  for (std::int64_t r = r0; r < r1; ++r) {
+    const T* xr = x + r * d;
+    const T* dyr = dy + r * d;
+    const row_stats<T> s = stats_of(xr, d, eps);
+    for (std::int64_t j = 0; j < d; ++j) {
+      g[j] = dyr[j] * gamma[j];
+      xhat[j] = (xr[j] - s.mean) * s.rstd;
+      pg[j] += dyr[j] * xhat[j];
+      pb[j] += dyr[j];
+    }
+    if (!dx) continue;
+    const T mean_g = lane_sum(g, d) / static_cast<T>(d);
+    const T mean_gx = lane_dot(g, xhat, d) / static_cast<T>(d);
+    T* dxr = dx + r * d;
+    for (std::int64_t j = 0; j < d; ++j) put<Fresh>(dxr[j], s.rstd * (g[j] - mean_g - xhat[j] * mean_gx));
+  }
+}
+
 }  // namespace layer_norm_rows
 using namespace layer_norm_rows;
 
@@ -44,17 +83,8 @@ void layer_norm_kernel<T>::forward(const op_args<T>& a) {
   const std::int64_t d = a.out_dims[-1];
   const std::int64_t rows = d ? a.out_dims.size() / d : 0;
   const double eps = a.template attrs<layer_norm_attrs>().eps;
-  const T* x = a.input(0);
-  const T* gamma = a.input(1);
-  const T* beta = a.input(2);
-  T* y = a.out;
   for_chunks(rows, grain_for(6 * d), [&](std::int64_t r0, std::int64_t r1) {
-    for (std::int64_t r = r0; r < r1; ++r) {
-      const T* xr = x + r * d;
-      T* yr = y + r * d;
-      const row_stats<T> s = stats_of(xr, d, eps);
-      for (std::int64_t j = 0; j < d; ++j) yr[j] = (xr[j] - s.mean) * s.rstd * gamma[j] + beta[j];
-    }
+    forward_rows(a.input(0), a.input(1), a.input(2), a.out, r0, r1, d, eps);
   });
 }
 
@@ -66,43 +96,21 @@ void layer_norm_kernel<T>::backward(const op_args<T>& a) {
   const std::int64_t d = a.out_dims[-1];
   const std::int64_t rows = d ? a.out_dims.size() / d : 0;
   const double eps = a.template attrs<layer_norm_attrs>().eps;
-  const T* x = a.input(0);
-  const T* gamma = a.input(1);
-  const T* dy = a.dout;
-  // the forward's statistics, recomputed (nothing is kept between passes)
-  std::vector<row_stats<T>> stats(static_cast<std::size_t>(rows));
-  for_chunks(rows, grain_for(3 * d), [&](std::int64_t r0, std::int64_t r1) {
-    for (std::int64_t r = r0; r < r1; ++r) stats[static_cast<std::size_t>(r)] = stats_of(x + r * d, d, eps);
-  });
-  if (dx) {
-    with_fresh(a.fresh(0), [&](auto fresh) {
-      for_chunks(rows, grain_for(8 * d), [&](std::int64_t r0, std::int64_t r1) {
-        std::vector<T> g(static_cast<std::size_t>(d)), xhat(static_cast<std::size_t>(d));
-        for (std::int64_t r = r0; r < r1; ++r) {
-          const row_stats<T> s = stats[static_cast<std::size_t>(r)];
-          const T* xr = x + r * d;
-          const T* dyr = dy + r * d;
-          for (std::int64_t j = 0; j < d; ++j) {
-            g[static_cast<std::size_t>(j)] = dyr[j] * gamma[j];
-            xhat[static_cast<std::size_t>(j)] = (xr[j] - s.mean) * s.rstd;
-          }
-          const T mean_g = lane_sum(g.data(), d) / static_cast<T>(d);
-          const T mean_gx = lane_dot(g.data(), xhat.data(), d) / static_cast<T>(d);
-          T* dxr = dx + r * d;
-          for (std::int64_t j = 0; j < d; ++j)
-            put<fresh()>(dxr[j], s.rstd * (g[static_cast<std::size_t>(j)] - mean_g -
-                                           xhat[static_cast<std::size_t>(j)] * mean_gx));
-        }
-      });
+  // one pass: each chunk of rows writes its dx and its partial sums of dgamma and dbeta, which
+  // are then added chunk by chunk in order (chunks depend on the sizes only)
+  const std::int64_t grain = grain_for(12 * d), chunks = (rows + grain - 1) / grain;
+  std::vector<T> partial(static_cast<std::size_t>(chunks * 4 * d));  // pg, pb, g, xhat per chunk
+  with_fresh(a.fresh(0), [&](auto fresh) {
+    for_chunks(chunks, 1, [&](std::int64_t c0, std::int64_t c1) {
+      for (std::int64_t c = c0; c < c1; ++c) {
+        T* pc = partial.data() + c * 4 * d;
+        backward_rows<T, fresh()>(a.input(0), a.input(1), a.dout, dx, pc, pc + d, pc + 2 * d, pc + 3 * d, c * grain,
+                                  std::min(rows, (c + 1) * grain), d, eps);
+      }
     });
-  }
-  // dgamma = Σ_rows dy ⊙ x̂, dbeta = Σ_rows dy, in one pass
-  auto xhat = [&](std::int64_t r, std::int64_t j) {
-    const row_stats<T> s = stats[static_cast<std::size_t>(r)];
-    return (x[r * d + j] - s.mean) * s.rstd;
-  };
-  sum_over_rows(rows, d, column_sum{dgamma, a.fresh(1), [&](std::int64_t r, std::int64_t j) { return dy[r * d + j] * xhat(r, j); }},
-                column_sum{dbeta, a.fresh(2), [&](std::int64_t r, std::int64_t j) { return dy[r * d + j]; }});
+  });
+  add_chunk_partials(dgamma, a.fresh(1), partial.data(), chunks, 4 * d, d);
+  add_chunk_partials(dbeta, a.fresh(2), partial.data() + d, chunks, 4 * d, d);
 }
 
 template struct layer_norm_kernel<float>;

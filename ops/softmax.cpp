@@ -1,8 +1,7 @@
 // softmax kernels, over the last axis.
 //   forward:  y = exp(x − max) / Σ exp(x − max); a row whose max is −∞ (fully masked) is 0.
 //   backward: dx += y ⊙ (dy − Σ_j dy_j y_j)
-// The row loops are in softmax_rows.hpp; for float on a CPU with AVX2 + FMA they run from
-// softmax_avx2.cpp, compiled for those instructions (the baseline build is SSE2 only).
+// The row loops are in softmax_rows.hpp, compiled for the CPU's vector width.
 #include <type_traits>
 
 #include "kernel.hpp"
@@ -12,17 +11,6 @@
 
 namespace loom::ops {
 
-void softmax_forward_rows_avx2(const float* x, float* y, std::int64_t r0, std::int64_t r1, std::int64_t n);
-void softmax_backward_rows_avx2(const float* y, const float* dy, float* dx, std::int64_t r0, std::int64_t r1,
-                                std::int64_t n, bool fresh);
-
-namespace {
-const bool has_avx2 = [] {
-  __builtin_cpu_init();
-  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-}();
-}  // namespace
-
 template <class T>
 void softmax_kernel<T>::forward(const op_args<T>& a) {
   const std::int64_t n = a.out_dims[-1];
@@ -30,8 +18,6 @@ void softmax_kernel<T>::forward(const op_args<T>& a) {
   const T* x = a.input(0);
   T* y = a.out;
   for_chunks(rows, grain_for(8 * n), [&](std::int64_t r0, std::int64_t r1) {
-    if constexpr (std::is_same_v<T, float>)
-      if (has_avx2) return softmax_forward_rows_avx2(x, y, r0, r1, n);
     softmax_rows::forward(x, y, r0, r1, n);
   });
 }
@@ -46,8 +32,6 @@ void softmax_kernel<T>::backward(const op_args<T>& a) {
   const T* dy = a.dout;
   const bool fresh = a.fresh(0);
   for_chunks(rows, grain_for(4 * n), [&](std::int64_t r0, std::int64_t r1) {
-    if constexpr (std::is_same_v<T, float>)
-      if (has_avx2) return softmax_backward_rows_avx2(y, dy, dx, r0, r1, n, fresh);
     softmax_rows::backward(y, dy, dx, r0, r1, n, fresh);
   });
 }

@@ -1,19 +1,18 @@
-// The row loops of softmax, included twice: by softmax.cpp (the baseline instruction set)
-// and by softmax_avx2.cpp (compiled for AVX2 + FMA, chosen at run time when the CPU has it).
+// The row loops of softmax, compiled for the CPU's vector width (vector_isa.hpp).
 #pragma once
 
 #include <cstdint>
 #include <limits>
 
+#include "vector_isa.hpp"
 #include "vmath.hpp"
 
 namespace loom::ops::softmax_rows {
-namespace {  // internal linkage: see vmath.hpp
 
 // y[r] = exp(x[r] − max) / Σ exp(x[r] − max) for rows [r0, r1) of length n; a row whose max
 // is −∞ (fully masked) becomes 0.
 template <class T>
-inline void forward(const T* x, T* y, std::int64_t r0, std::int64_t r1, std::int64_t n) {
+LOOM_VECTOR_CLONES void forward(const T* x, T* y, std::int64_t r0, std::int64_t r1, std::int64_t n) {
   for (std::int64_t r = r0; r < r1; ++r) {
     const T* xr = x + r * n;
     T* yr = y + r * n;
@@ -30,7 +29,7 @@ inline void forward(const T* x, T* y, std::int64_t r0, std::int64_t r1, std::int
 
 // dx[r] (+)= y[r] ⊙ (dy[r] − ⟨dy[r], y[r]⟩) for rows [r0, r1); stores when fresh.
 template <class T>
-inline void backward(const T* y, const T* dy, T* dx, std::int64_t r0, std::int64_t r1, std::int64_t n, bool fresh) {
+LOOM_VECTOR_CLONES void backward(const T* y, const T* dy, T* dx, std::int64_t r0, std::int64_t r1, std::int64_t n, bool fresh) {
   for (std::int64_t r = r0; r < r1; ++r) {
     const T* yr = y + r * n;
     const T* dyr = dy + r * n;
@@ -43,5 +42,4 @@ inline void backward(const T* y, const T* dy, T* dx, std::int64_t r0, std::int64
   }
 }
 
-}  // namespace
 }  // namespace loom::ops::softmax_rows

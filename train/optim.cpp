@@ -3,6 +3,8 @@
 // double and used in T, as PyTorch passes Python floats to its T kernels.
 #include "loom/train/optim.hpp"
 
+#include "../ops/vector_isa.hpp"
+
 #include <charconv>
 #include <cmath>
 #include <numbers>
@@ -193,6 +195,27 @@ std::map<std::string, std::string> adam<T>::hyperparameters() const {
           {"weight_decay", number(options_.weight_decay)}};
 }
 
+// The constants of one Adam step.
+template <class T>
+struct adam_step {
+  bool decoupled, l2;  // AdamW's decay of p, or Adam's L2 term in g
+  T decay, wd, beta1, beta2, one_minus_beta1, one_minus_beta2, bias_correction2_sqrt, eps, step_size;
+};
+
+// One Adam step over n elements (compiled for the CPU's vector width, ops/vector_isa.hpp).
+template <class T>
+LOOM_VECTOR_CLONES void adam_elements(const adam_step<T>& k, T* p, const T* grad, T* m, T* v, std::int64_t n) {
+  for (std::int64_t i = 0; i < n; ++i) {
+    T g = grad[i];
+    if (k.decoupled) p[i] = p[i] * k.decay;
+    else if (k.l2) g = g + k.wd * p[i];
+    m[i] = m[i] * k.beta1 + k.one_minus_beta1 * g;
+    v[i] = v[i] * k.beta2 + k.one_minus_beta2 * g * g;
+    const T denom = std::sqrt(v[i]) / k.bias_correction2_sqrt + k.eps;
+    p[i] = p[i] + (-k.step_size) * (m[i] / denom);
+  }
+}
+
 template <class T>
 void adam<T>::update() {
   const double t = static_cast<double>(this->state_.step);
@@ -209,19 +232,9 @@ void adam<T>::update() {
     const T* grad = e.grad.data();
     T* m = this->buffer_or_zeros("exp_avg", name, e.value.dims()).data();
     T* v = this->buffer_or_zeros("exp_avg_sq", name, e.value.dims()).data();
-    const std::int64_t n = e.value.size();
-    for (std::int64_t i = 0; i < n; ++i) {
-      T g = grad[i];
-      if (decoupled_) {
-        p[i] = p[i] * decay;
-      } else if (options_.weight_decay != 0) {
-        g = g + wd * p[i];
-      }
-      m[i] = m[i] * beta1 + one_minus_beta1 * g;
-      v[i] = v[i] * beta2 + one_minus_beta2 * g * g;
-      const T denom = std::sqrt(v[i]) / bias_correction2_sqrt + eps;
-      p[i] = p[i] + (-step_size) * (m[i] / denom);
-    }
+    const adam_step<T> k{decoupled_, options_.weight_decay != 0, decay, wd, beta1, beta2, one_minus_beta1,
+                         one_minus_beta2, bias_correction2_sqrt, eps, step_size};
+    adam_elements(k, p, grad, m, v, e.value.size());
   }
 }
 
