@@ -29,6 +29,7 @@ kv_cache<T>::kv_cache(const plan_view& step, std::int64_t batch, std::int64_t ca
       throw value_error("kv_cache: the state " + quoted(name) + " is " + step.shape_text(in) +
                         "; a cache holds states [B, H, P, d_k] with H and d_k fixed and one dim P for all");
     p_sym = d[2].sym[0];
+    p_name_ = std::string(step.syms[static_cast<std::size_t>(p_sym)]);
     block b;
     b.name = std::string(name);
     b.heads = d[1].constant;
@@ -67,6 +68,11 @@ std::vector<feed> kv_cache<T>::feeds() {
 template <class T>
 std::int64_t kv_cache<T>::append(const executor<T>& run) {
   // read and check every output first, so that nothing changes unless all of them fit
+  const std::int64_t fed = run.bound(p_name_);
+  if (fed != length_)
+    throw shape_error("kv_cache: the last step ran over " + std::to_string(fed) + " cached positions (dim " +
+                      quoted(p_name_) + "), this cache holds " + std::to_string(length_) +
+                      " (was the step run with this cache's feeds?)");
   std::vector<strided_view<const T>> sources;
   std::int64_t added = -1;
   for (const block& b : blocks_) {
@@ -79,6 +85,13 @@ std::int64_t kv_cache<T>::append(const executor<T>& run) {
                         std::to_string(length_) + " + new positions, " + std::to_string(b.head_dim) +
                         "] (was the step run with this cache's feeds?)");
     added = rows - length_;
+    // outputs not written in place hold a copy of the cached rows: they must be this cache's
+    if (v.data != b.storage.data())
+      for (std::int64_t m = 0; m < batch_ * b.heads; ++m)
+        if (std::memcmp(v.data + m * v.mat_stride, b.storage.data() + m * capacity_ * b.head_dim,
+                        static_cast<std::size_t>(length_ * b.head_dim) * sizeof(T)) != 0)
+          throw shape_error("kv_cache: the last step's " + quoted(b.name) +
+                            " does not begin with this cache's positions (was the step run with this cache's feeds?)");
     sources.push_back(v);
   }
   if (length_ + added > capacity_)

@@ -218,3 +218,15 @@ TEST_CASE("the named outputs of one graph feed the inputs of the same names of a
   CHECK(run2.output()[0] == 5);
   CHECK(run2.output()[1] == 7);
 }
+
+TEST_CASE("asking a graph without names for a named output says it names none") {
+  auto x = input<"x", shape<fix<2>>>();
+  auto g = make_graph(scale<2.0>(x));
+  param_store<float> p;
+  auto run = g.executor<float>(p);
+  tensor<float> xs({2}, {1, 2});
+  run.forward({{"x", xs}});
+  CHECK_THAT(test::message_of([&] { run.output("y"); }), Catch::Contains("it names none"));
+  CHECK_THROWS_AS(run.output_storage("y"), missing_error);
+  CHECK(run.named_feeds().empty());
+}

@@ -227,3 +227,41 @@ TEST_CASE("the decoding path passes gradcheck: cached self-attention with a non-
   auto cv = test::random_tensor<double>({2, 2, 3, D / 2}, 7);
   test::require_gradcheck(g, p, {{"x", xs}, {"a.cache_k", ck}, {"a.cache_v", cv}});
 }
+
+TEST_CASE("bad uses of the cache and of feeds with room say what is wrong and change nothing") {
+  SECTION("a feed with less room than rows") {
+    tensor<float> storage(dims_t{1, 2, 4, 3});
+    CHECK_THROWS_AS(feed::with_room("k", storage.data(), dims_t{1, 2, 5, 3}, 4), shape_error);
+    CHECK_THROWS_AS(feed::with_room("k", storage.data(), dims_t{3}, 4), shape_error);
+  }
+  SECTION("a state that is not [B, H, P, d_k]") {
+    auto old = input<"s", shape<dyn<"B">, dyn<"P">, fix<4>>>();
+    auto rows = input<"x", shape<dyn<"B">, dyn<"T">, fix<4>>>();
+    auto g = make_graph(named<"s">(concat<1>(old, rows)));
+    const std::string message = test::message_of([&] { nn::kv_cache<float>(g, 1, 8); });
+    CHECK_THAT(message, Catch::Contains("\"s\"") && Catch::Contains("[B, H, P, d_k]"));
+  }
+  SECTION("append after a step the cache did not feed") {
+    auto step = make_graph(two_layers<2, true>());
+    auto params = step.make_params<double>(1);
+    auto run = step.executor<double>(params, {.inference = true});
+    nn::kv_cache<double> cache(step, 1, 8), other(step, 1, 8);
+    auto x = test::random_tensor<double>({1, 2, D}, 5);
+    nn::decode_step(run, other, {{"x", x}});
+    nn::decode_step(run, other, {{"x", x}});  // the outputs now hold 4 positions
+    nn::decode_step(run, cache, {{"x", x}});
+    const tensor<double> before = cache.state("layers.0.self_attn.cache_v");
+    auto x1 = test::random_tensor<double>({1, 1, D}, 6);
+    nn::decode_step(run, other, {{"x", x1}});  // 5 positions, not this cache's 2 + n
+    CHECK_THROWS_AS(cache.append(run), shape_error);
+    CHECK(cache.length() == 2);
+    CHECK(test::same_bits(cache.state("layers.0.self_attn.cache_v"), before));
+    // a cache of the same length but other positions: caught by the positions themselves
+    nn::kv_cache<double> twin(step, 1, 8);
+    auto y = test::random_tensor<double>({1, 2, D}, 7);
+    nn::decode_step(run, twin, {{"x", y}});
+    nn::decode_step(run, twin, {{"x", x1}});
+    CHECK_THAT(test::message_of([&] { cache.append(run); }), Catch::Contains("does not begin with this cache's"));
+    CHECK(cache.length() == 2);
+  }
+}

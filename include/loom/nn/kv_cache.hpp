@@ -73,6 +73,7 @@ class kv_cache {
   };
   const block& find(std::string_view name) const;
   std::vector<block> blocks_;
+  std::string p_name_;  // the dim of the cached positions ("P")
   std::int64_t batch_, capacity_, length_ = 0;
 };
 
