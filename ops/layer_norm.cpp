@@ -27,7 +27,7 @@ struct row_stats {
 // mean and 1/√(var + eps) of one row, in eight-lane sums (vectorised; the order of additions
 // depends on d only)
 template <class T>
-row_stats<T> stats_of(const T* x, std::int64_t d, double eps) {
+[[gnu::always_inline]] inline row_stats<T> stats_of(const T* x, std::int64_t d, double eps) {  // in each clone
   const T mean = lane_sum(x, d) / static_cast<T>(d);
   T lane[8] = {0, 0, 0, 0, 0, 0, 0, 0};
   std::int64_t j = 0;
@@ -40,8 +40,8 @@ row_stats<T> stats_of(const T* x, std::int64_t d, double eps) {
 
 // Rows [r0, r1): y = (x − μ) r ⊙ gamma + beta.
 template <class T>
-LOOM_VECTOR_CLONES void forward_rows(const T* x, const T* gamma, const T* beta, T* y, std::int64_t r0, std::int64_t r1,
-                                     std::int64_t d, double eps) {
+LOOM_VECTOR_CLONES void forward_rows(const T* __restrict x, const T* __restrict gamma, const T* __restrict beta,
+                                     T* __restrict y, std::int64_t r0, std::int64_t r1, std::int64_t d, double eps) {
   for (std::int64_t r = r0; r < r1; ++r) {
     const T* xr = x + r * d;
     T* yr = y + r * d;
@@ -53,8 +53,9 @@ LOOM_VECTOR_CLONES void forward_rows(const T* x, const T* gamma, const T* beta, 
 // Rows [r0, r1) in one pass: the statistics again, dx (stored when Fresh, else added; skipped
 // when null), and this chunk's sums Σ dy ⊙ x̂ and Σ dy into pg and pb (zeroed first).
 template <class T, bool Fresh>
-LOOM_VECTOR_CLONES void backward_rows(const T* x, const T* gamma, const T* dy, T* dx, T* pg, T* pb, T* g, T* xhat,
-                                      std::int64_t r0, std::int64_t r1, std::int64_t d, double eps) {
+LOOM_VECTOR_CLONES void backward_rows(const T* __restrict x, const T* __restrict gamma, const T* __restrict dy,
+                                      T* __restrict dx, T* __restrict pg, T* __restrict pb, T* __restrict g,
+                                      T* __restrict xhat, std::int64_t r0, std::int64_t r1, std::int64_t d, double eps) {
   std::fill(pg, pg + d, T(0));
   std::fill(pb, pb + d, T(0));
   for (std::int64_t r = r0; r < r1; ++r) {

@@ -203,16 +203,23 @@ struct adam_step {
 };
 
 // One Adam step over n elements (compiled for the CPU's vector width, ops/vector_isa.hpp).
+// The constants are copied out of `k` (taken by value) and the arrays marked unaliased, so that
+// the loop vectorises: read through a reference, every constant would be reloaded after each
+// store, and no loop version could be chosen once.
 template <class T>
-LOOM_VECTOR_CLONES void adam_elements(const adam_step<T>& k, T* p, const T* grad, T* m, T* v, std::int64_t n) {
+LOOM_VECTOR_CLONES void adam_elements(const adam_step<T> k, T* __restrict p, const T* __restrict grad, T* __restrict m,
+                                      T* __restrict v, std::int64_t n) {
+  const T decay = k.decoupled ? k.decay : T(1), wd = !k.decoupled && k.l2 ? k.wd : T(0);
+  const T beta1 = k.beta1, beta2 = k.beta2, c1 = k.one_minus_beta1, c2 = k.one_minus_beta2;
+  const T bc2 = k.bias_correction2_sqrt, eps = k.eps, step = -k.step_size;
   for (std::int64_t i = 0; i < n; ++i) {
-    T g = grad[i];
-    if (k.decoupled) p[i] = p[i] * k.decay;
-    else if (k.l2) g = g + k.wd * p[i];
-    m[i] = m[i] * k.beta1 + k.one_minus_beta1 * g;
-    v[i] = v[i] * k.beta2 + k.one_minus_beta2 * g * g;
-    const T denom = std::sqrt(v[i]) / k.bias_correction2_sqrt + k.eps;
-    p[i] = p[i] + (-k.step_size) * (m[i] / denom);
+    const T pi = p[i] * decay;   // AdamW: p ← p (1 − lr·wd); Adam: decay 1
+    const T g = grad[i] + wd * p[i];  // Adam's L2 term; AdamW: wd 0
+    const T mi = m[i] * beta1 + c1 * g;
+    const T vi = v[i] * beta2 + c2 * g * g;
+    m[i] = mi;
+    v[i] = vi;
+    p[i] = pi + step * (mi / (std::sqrt(vi) / bc2 + eps));
   }
 }
 
