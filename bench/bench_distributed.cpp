@@ -2,14 +2,16 @@
 // ffn 1024, vocabularies 1000; as bench_vs_torch's small_train): a global batch of B = 16
 // sequences of length 64 per step, cut into micro-batches.
 //
-//   bench_distributed [--threads T] [--micro-batches M] [--overlap 0|1] [--steps N] [--warmup W]
+//   bench_distributed [--threads T] [--micro-batches M] [--steps N] [--warmup W]
 //   mpirun -np 2 bench_distributed --threads 1 ...
 //
 // Alone, one process takes every micro-batch of the step (accumulating them); under mpirun the
-// M micro-batches are shared between the ranks. Prints one JSON line (rank 0): the median step
-// time, and the medians of the reduction's exposed time (from the end of backward until the
-// gradients were ready) and active time (first bucket ready to last reduced), and a checksum of
-// the parameters, the same bits whatever the split. scripts/bench_distributed runs the cases.
+// M micro-batches are shared between the ranks, and the timed steps alternate between reducing
+// the gradients during backward (overlapped) and after it, so that both are measured under the
+// same load. Prints one JSON line (rank 0): median step times, the medians of the reduction's
+// exposed time (from the end of backward until the gradients were ready) and active time (first
+// bucket ready to last reduced), and a checksum of the parameters — the same bits whatever the
+// split. scripts/bench_distributed runs the cases.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -41,7 +43,6 @@ constexpr std::int64_t batch = 16, length = 64;
 struct settings {
   int threads = 1;
   std::int64_t micro_batches = 2;
-  bool overlap = true;
   int steps = 10, warmup = 3;
 };
 
@@ -49,14 +50,16 @@ settings parse(int argc, char** argv) {
   settings s;
   for (int i = 1; i < argc; ++i) {
     auto arg = [&](const char* name) { return !std::strcmp(argv[i], name) && i + 1 < argc; };
-    if (arg("--threads")) s.threads = std::stoi(argv[++i]);
-    else if (arg("--micro-batches")) s.micro_batches = std::stol(argv[++i]);
-    else if (arg("--overlap")) s.overlap = std::stoi(argv[++i]) != 0;
-    else if (arg("--steps")) s.steps = std::stoi(argv[++i]);
-    else if (arg("--warmup")) s.warmup = std::stoi(argv[++i]);
+    if (arg("--threads"))
+      s.threads = std::stoi(argv[++i]);
+    else if (arg("--micro-batches"))
+      s.micro_batches = std::stol(argv[++i]);
+    else if (arg("--steps"))
+      s.steps = std::stoi(argv[++i]);
+    else if (arg("--warmup"))
+      s.warmup = std::stoi(argv[++i]);
     else {
-      std::fprintf(stderr, "usage: %s [--threads T] [--micro-batches M] [--overlap 0|1] [--steps N] [--warmup W]\n",
-                   argv[0]);
+      std::fprintf(stderr, "usage: %s [--threads T] [--micro-batches M] [--steps N] [--warmup W]\n", argv[0]);
       std::exit(2);
     }
   }
@@ -89,7 +92,9 @@ double median(std::vector<double> v) {
   return v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
 }
 
-double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+double now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
 
 int bench(const settings& s, distributed::communicator* comm) {
   const int rank = comm ? comm->rank() : 0, ranks = comm ? comm->size() : 1;
@@ -106,14 +111,16 @@ int bench(const settings& s, distributed::communicator* comm) {
   if (comm) {
     dp = std::make_unique<distributed::data_parallel<float>>(
         *comm, run, params,
-        distributed::data_parallel_options{.overlap = s.overlap,
-                                           .config = {{"micro_batches", std::to_string(s.micro_batches)}}});
+        distributed::data_parallel_options{.config = {{"micro_batches", std::to_string(s.micro_batches)}}});
     tr.set_gradient_sync(dp.get());
   }
   const auto mine = rank_micro_batches(s.micro_batches, rank, ranks);
-  std::vector<double> step_ms, exposed_ms, active_ms;
+  // [0]: overlapped, [1]: after backward (alone: every step in [0])
+  std::vector<double> step_ms[2], exposed_ms[2], active_ms[2];
   double loss = 0;
   for (int step = 1; step <= s.warmup + s.steps; ++step) {
+    const int mode = dp ? step % 2 : 0;
+    if (dp) dp->set_overlap(mode == 0);
     std::vector<micro_batch> data;
     for (std::int64_t j = mine.first; j < mine.first + mine.count; ++j)
       data.push_back(make_micro_batch(step, j, batch / s.micro_batches));
@@ -123,22 +130,23 @@ int bench(const settings& s, distributed::communicator* comm) {
     loss = tr.step(feeds);
     const double t1 = now();
     if (step > s.warmup) {
-      step_ms.push_back(1e3 * (t1 - t0));
+      step_ms[mode].push_back(1e3 * (t1 - t0));
       if (dp) {
-        exposed_ms.push_back(1e3 * dp->last_times().exposed);
-        active_ms.push_back(1e3 * dp->last_times().active);
+        exposed_ms[mode].push_back(1e3 * dp->last_times().exposed);
+        active_ms[mode].push_back(1e3 * dp->last_times().active);
       }
     }
   }
   const std::uint64_t checksum = distributed::state_checksum(params);
   if (rank == 0)
     std::printf(
-        "{\"ranks\": %d, \"threads\": %d, \"micro_batches\": %lld, \"overlap\": %s, \"step_ms\": %.2f, "
-        "\"exposed_ms\": %.2f, \"active_ms\": %.2f, \"buckets\": %zu, \"params\": %lld, \"loss\": %.6f, "
-        "\"checksum\": \"%016llx\"}\n",
-        ranks, run.threads(), static_cast<long long>(s.micro_batches), s.overlap ? "true" : "false",
-        median(step_ms), median(exposed_ms), median(active_ms), dp ? dp->buckets() : 0,
-        static_cast<long long>(params.numel()), loss, static_cast<unsigned long long>(checksum));
+        "{\"ranks\": %d, \"threads\": %d, \"micro_batches\": %lld, \"step_ms\": %.2f, \"step_ms_after\": %.2f, "
+        "\"exposed_ms\": %.2f, \"exposed_ms_after\": %.2f, \"active_ms\": %.2f, \"active_ms_after\": %.2f, "
+        "\"buckets\": %zu, \"params\": %lld, \"loss\": %.6f, \"checksum\": \"%016llx\"}\n",
+        ranks, run.threads(), static_cast<long long>(s.micro_batches), median(step_ms[0]), median(step_ms[1]),
+        median(exposed_ms[0]), median(exposed_ms[1]), median(active_ms[0]), median(active_ms[1]),
+        dp ? dp->buckets() : 0, static_cast<long long>(params.numel()), loss,
+        static_cast<unsigned long long>(checksum));
   return 0;
 }
 

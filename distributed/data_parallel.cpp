@@ -338,6 +338,10 @@ template <class T>
 step_totals data_parallel<T>::finish() {
   impl& p = *p_;
   const double backward_end = now_seconds();
+  {
+    std::lock_guard lock(p.mutex);
+    if (p.state == impl::phase::idle) throw error("data_parallel: finish() without start()");
+  }
   p.armed.store(false, std::memory_order_release);
   // whatever backward did not report (everything without overlap)
   for (std::size_t s = 0; s < p.slot_names.size(); ++s)
@@ -352,6 +356,11 @@ step_totals data_parallel<T>::finish() {
   p.times.exposed = now_seconds() - backward_end;
   p.times.active = p.active_seconds;
   return p.all;
+}
+
+template <class T>
+void data_parallel<T>::set_overlap(bool overlap) {
+  p_->options.overlap = overlap;  // read by start() only: between steps, nothing else reads it
 }
 
 template <class T>

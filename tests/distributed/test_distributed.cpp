@@ -9,6 +9,7 @@
 #include <filesystem>
 
 #include "dist_support.hpp"
+#include "distributed/tree.hpp"
 #include "loom/distributed/state.hpp"
 #include "test_support.hpp"
 
@@ -185,6 +186,34 @@ TEST_CASE("the ranks' gradients are summed in the documented tree order") {
     INFO("element " << e);
     CHECK(params.grad("p")[e] == expected[static_cast<std::size_t>(e % 3)]);
   }
+}
+
+TEST_CASE("each rank's share of the additions follows the documented tree") {
+  using distributed::detail::role_of;
+  // four ranks, chunk 0 (its total ends on rank 0): (x0 + x1) on rank 0, (x2 + x3) on rank 2,
+  // then rank 2's sum goes to rank 0 as the right operand
+  CHECK(role_of(0, 4, 0).receive_from == std::vector<int>{1, 2});
+  CHECK(role_of(0, 4, 0).peer_is_left == std::vector<std::uint8_t>{0, 0});
+  CHECK(role_of(0, 4, 0).send_to == -1);
+  CHECK(role_of(1, 4, 0).receive_from.empty());
+  CHECK(role_of(1, 4, 0).send_to == 0);
+  CHECK(role_of(2, 4, 0).receive_from == std::vector<int>{3});
+  CHECK(role_of(2, 4, 0).send_to == 0);
+  CHECK(role_of(3, 4, 0).send_to == 2);
+  // chunk 3 ends on rank 3: (x0 + x1) on rank 1 (target 0 + 3 mod 2), (x2 + x3) on rank 3, and
+  // rank 1's sum arrives on rank 3 as the left operand
+  CHECK(role_of(3, 4, 3).receive_from == std::vector<int>{2, 1});
+  CHECK(role_of(3, 4, 3).peer_is_left == std::vector<std::uint8_t>{1, 1});
+  CHECK(role_of(1, 4, 3).receive_from == std::vector<int>{0});
+  CHECK(role_of(1, 4, 3).send_to == 3);
+  // three ranks, chunk 2: (x0 + x1) on rank 0 (target 2 mod 2), then + x2 on rank 2
+  CHECK(role_of(2, 3, 2).receive_from == std::vector<int>{0});
+  CHECK(role_of(2, 3, 2).peer_is_left == std::vector<std::uint8_t>{1});
+  CHECK(role_of(0, 3, 2).receive_from == std::vector<int>{1});
+  CHECK(role_of(0, 3, 2).send_to == 2);
+  // one rank: nothing to send or receive
+  CHECK(role_of(0, 1, 0).receive_from.empty());
+  CHECK(role_of(0, 1, 0).send_to == -1);
 }
 
 TEST_CASE("ranks started with different settings are refused, naming the rank and the setting") {

@@ -55,6 +55,9 @@ class data_parallel final : public gradient_sync<T> {
   /// Throws rank_lost_error if a rank does not answer within the communicator's timeout.
   step_totals finish() override;
 
+  /// Whether later steps reduce buckets during backward (true) or after it: a benchmark compares
+  /// the two within one job. The same bits either way.
+  void set_overlap(bool overlap);
   const communicator& comm() const;
   /// Number of buckets, and of parameters in each, in the order they are reduced.
   std::size_t buckets() const;
