@@ -116,7 +116,7 @@ int bench(const settings& s, distributed::communicator* comm) {
   }
   const auto mine = rank_micro_batches(s.micro_batches, rank, ranks);
   // [0]: overlapped, [1]: after backward (alone: every step in [0])
-  std::vector<double> step_ms[2], exposed_ms[2], active_ms[2];
+  std::vector<double> step_ms[2], exposed_ms[2], active_ms[2], cpu_ms[2];
   double loss = 0;
   for (int step = 1; step <= s.warmup + s.steps; ++step) {
     const int mode = dp ? step % 2 : 0;
@@ -134,6 +134,7 @@ int bench(const settings& s, distributed::communicator* comm) {
       if (dp) {
         exposed_ms[mode].push_back(1e3 * dp->last_times().exposed);
         active_ms[mode].push_back(1e3 * dp->last_times().active);
+        cpu_ms[mode].push_back(1e3 * dp->last_times().cpu);
       }
     }
   }
@@ -142,10 +143,11 @@ int bench(const settings& s, distributed::communicator* comm) {
     std::printf(
         "{\"ranks\": %d, \"threads\": %d, \"micro_batches\": %lld, \"step_ms\": %.2f, \"step_ms_after\": %.2f, "
         "\"exposed_ms\": %.2f, \"exposed_ms_after\": %.2f, \"active_ms\": %.2f, \"active_ms_after\": %.2f, "
+        "\"comm_cpu_ms\": %.2f, \"comm_cpu_ms_after\": %.2f, "
         "\"buckets\": %zu, \"params\": %lld, \"loss\": %.6f, \"checksum\": \"%016llx\"}\n",
         ranks, run.threads(), static_cast<long long>(s.micro_batches), median(step_ms[0]), median(step_ms[1]),
-        median(exposed_ms[0]), median(exposed_ms[1]), median(active_ms[0]), median(active_ms[1]),
-        dp ? dp->buckets() : 0, static_cast<long long>(params.numel()), loss,
+        median(exposed_ms[0]), median(exposed_ms[1]), median(active_ms[0]), median(active_ms[1]), median(cpu_ms[0]),
+        median(cpu_ms[1]), dp ? dp->buckets() : 0, static_cast<long long>(params.numel()), loss,
         static_cast<unsigned long long>(checksum));
   return 0;
 }

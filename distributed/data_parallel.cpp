@@ -17,6 +17,8 @@
 #include <numeric>
 #include <thread>
 
+#include <time.h>
+
 #include "allreduce.hpp"
 #include "loom/distributed/state.hpp"
 
@@ -26,6 +28,12 @@ namespace {
 
 double now_seconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+double thread_cpu_seconds() {
+  timespec t{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
 }
 
 }  // namespace
@@ -65,7 +73,7 @@ struct data_parallel<T>::impl {
   std::vector<int> ready;  // buckets all of whose gradients are final, for the communication thread
   enum class phase { idle, running, done } state = phase::idle;
   std::exception_ptr failure;
-  double active_seconds = 0;
+  double active_seconds = 0, cpu_seconds = 0;
   std::thread worker;
 
   impl(const communicator& c, executor<T>& r, param_store<T>& p, data_parallel_options o);
@@ -176,14 +184,17 @@ void data_parallel<T>::impl::serve() {
     lock.unlock();
     std::exception_ptr error;
     double active = 0;
+    const double cpu0 = thread_cpu_seconds();
     try {
       active = reduce_step();
     } catch (...) {
       error = std::current_exception();
     }
+    const double cpu = thread_cpu_seconds() - cpu0;
     lock.lock();
     failure = error;
     active_seconds = active;
+    cpu_seconds = cpu;
     state = phase::done;
     cv.notify_all();
   }
@@ -355,6 +366,7 @@ step_totals data_parallel<T>::finish() {
   if (p.failure) std::rethrow_exception(p.failure);
   p.times.exposed = now_seconds() - backward_end;
   p.times.active = p.active_seconds;
+  p.times.cpu = p.cpu_seconds;
   return p.all;
 }
 

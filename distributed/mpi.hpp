@@ -38,8 +38,8 @@ std::string mpi_error_text(int code);
 void check(const communicator::state& c, int code, std::string_view what, int peer = -1);
 
 /// Paces a polling loop (MPI makes progress only when called, so waiting is polling): right
-/// after progress it polls again at once, then yields, then sleeps 50 µs between polls, so that
-/// a waiting rank leaves the cores to the computing threads. Tracks the time since progress.
+/// after progress it polls again at once, else it sleeps 50 µs, so that a waiting rank leaves
+/// the cores to the computing threads. Tracks the time since the last progress.
 class poller {
  public:
   explicit poller(double timeout_seconds);
@@ -51,7 +51,6 @@ class poller {
 
  private:
   double timeout_;
-  int idle_polls_ = 0;
   std::chrono::steady_clock::time_point last_;
 };
 

@@ -36,6 +36,7 @@ struct data_parallel_options {
 struct reduction_times {
   double exposed = 0;  // from the end of backward (finish()) until the gradients were ready
   double active = 0;   // from the first bucket ready to the last reduced: communication time
+  double cpu = 0;      // CPU time of the communication thread during the step
 };
 
 /// Sums gradients over the ranks of a communicator (gradient_sync for loom::trainer).
