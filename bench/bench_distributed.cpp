@@ -119,7 +119,7 @@ int bench(const settings& s, distributed::communicator* comm) {
   std::vector<double> step_ms[2], exposed_ms[2], active_ms[2], cpu_ms[2];
   double loss = 0;
   for (int step = 1; step <= s.warmup + s.steps; ++step) {
-    const int mode = dp ? step % 2 : 0;
+    const int mode = dp ? (step - 1) % 2 : 0;  // step 1 overlapped: the buckets are laid out from it
     if (dp) dp->set_overlap(mode == 0);
     std::vector<micro_batch> data;
     for (std::int64_t j = mine.first; j < mine.first + mine.count; ++j)

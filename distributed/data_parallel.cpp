@@ -61,6 +61,10 @@ struct data_parallel<T>::impl {
   std::vector<T*> grad_of_slot;
   std::unique_ptr<std::atomic<int>[]> pending;          // per bucket: gradients not final yet
   std::unique_ptr<std::atomic<std::uint8_t>[]> final_;  // per slot
+  std::unique_ptr<std::atomic<int>[]> final_order;      // per slot: when it became final (-1: at start)
+  std::atomic<int> finals_seen{0};
+  bool observed = false;  // the step was overlapped: final_order holds backward's order
+  int steps = 0;
   std::atomic<bool> armed{false};
   std::atomic<bool> stop{false};
   std::atomic<int> ready_count{0};
@@ -78,6 +82,9 @@ struct data_parallel<T>::impl {
 
   impl(const communicator& c, executor<T>& r, param_store<T>& p, data_parallel_options o);
   void lay_out();
+  void make_buckets(const std::vector<int>& order);
+  void rebucket();
+  std::vector<long> map_nodes();
   void on_final(int node);
   void mark_final(int slot);
   void serve();
@@ -105,18 +112,14 @@ data_parallel<T>::impl::impl(const communicator& c, executor<T>& r, param_store<
   worker = std::thread([this] { serve(); });
 }
 
-// Slots in the order backward finishes them — a parameter is final after its consumer of
-// smallest index, and backward goes down the node indices — parameters that backward does not
-// report first; then cut into buckets of at most bucket_bytes.
+// Which slot each parameter node of the executor's plan is, and after which node backward
+// finishes it (its consumer of smallest index); slots backward does not report get the plan's
+// size. Again at every step, as executor::keep() may rewrite the plan.
 template <class T>
-void data_parallel<T>::impl::lay_out() {
-  for (const auto& [name, e] : *params) {
-    slot_names.push_back(name);
-    slot_size.push_back(e.value.size());
-  }
+std::vector<long> data_parallel<T>::impl::map_nodes() {
   const plan_view plan = run->plan();
   slot_of_node.assign(static_cast<std::size_t>(plan.size()), -1);
-  std::vector<long> finished_after(slot_names.size(), plan.size());  // unreported: before everything
+  std::vector<long> finished_after(slot_names.size(), plan.size());
   for (int i = 0; i < plan.size(); ++i) {
     if (plan.order[i]->op->role != node_role::param || plan.consumers(i).empty()) continue;
     auto it = std::lower_bound(slot_names.begin(), slot_names.end(), plan.order[i]->name);
@@ -128,11 +131,34 @@ void data_parallel<T>::impl::lay_out() {
   reported.assign(slot_names.size(), 0);
   for (int s : slot_of_node)
     if (s >= 0) reported[static_cast<std::size_t>(s)] = 1;
+  return finished_after;
+}
+
+// The first layout: slots in the order backward should finish them — it goes down the node
+// indices, roughly —, those it does not report first. The same on every rank.
+template <class T>
+void data_parallel<T>::impl::lay_out() {
+  for (const auto& [name, e] : *params) {
+    slot_names.push_back(name);
+    slot_size.push_back(e.value.size());
+  }
+  const std::vector<long> finished_after = map_nodes();
   std::vector<int> order(slot_names.size());
   std::iota(order.begin(), order.end(), 0);
   std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
     return finished_after[static_cast<std::size_t>(a)] > finished_after[static_cast<std::size_t>(b)];
   });
+  make_buckets(order);
+  final_.reset(new std::atomic<std::uint8_t>[slot_names.size()]);
+  final_order.reset(new std::atomic<int>[slot_names.size()]);
+  for (std::size_t k = 0; k < slot_names.size(); ++k) final_order[k].store(-1, std::memory_order_relaxed);
+}
+
+// Buckets of at most bucket_bytes over the slots in `order` (every rank passes the same).
+template <class T>
+void data_parallel<T>::impl::make_buckets(const std::vector<int>& order) {
+  bucket_slots.clear();
+  jobs.clear();
   bucket_of_slot.assign(slot_names.size(), -1);
   offset_of_slot.assign(slot_names.size(), 0);
   std::int64_t filled = 0;
@@ -153,7 +179,23 @@ void data_parallel<T>::impl::lay_out() {
     jobs.emplace_back(comm.mpi(), length, static_cast<int>(b + 1));  // id 0 is the totals'
   }
   pending.reset(new std::atomic<int>[bucket_slots.size()]);
-  final_.reset(new std::atomic<std::uint8_t>[slot_names.size()]);
+}
+
+// After the first step, the buckets are laid out again in the order rank 0's backward really
+// finished the gradients (TBB need not follow the node indices), as PyTorch DDP does; rank 0's
+// order is broadcast so that every rank has the same buckets. Called by every rank's first
+// finish(), on the main thread while the communication thread is idle.
+template <class T>
+void data_parallel<T>::impl::rebucket() {
+  std::vector<int> order;
+  for (const auto& slots : bucket_slots) order.insert(order.end(), slots.begin(), slots.end());
+  if (comm.rank() == 0 && observed)  // by when they became final, those final from the start (-1) first
+    std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
+      return final_order[static_cast<std::size_t>(a)].load(std::memory_order_relaxed) <
+             final_order[static_cast<std::size_t>(b)].load(std::memory_order_relaxed);
+    });
+  comm.broadcast(std::span(order.data(), order.size()));
+  make_buckets(order);
 }
 
 template <class T>
@@ -162,6 +204,8 @@ void data_parallel<T>::impl::on_final(int node) {
   const int s = slot_of_node[static_cast<std::size_t>(node)];
   if (s < 0) return;
   local->finish(static_cast<std::size_t>(s));
+  final_order[static_cast<std::size_t>(s)].store(finals_seen.fetch_add(1, std::memory_order_relaxed),
+                                                 std::memory_order_relaxed);
   mark_final(s);
 }
 
@@ -324,11 +368,17 @@ void data_parallel<T>::start(gradient_accumulator<T>& local, step_totals mine) {
   }
   if (s != p.slot_names.size() || local.slots() != s)
     throw error("data_parallel: the parameter store changed since construction");
+  p.map_nodes();  // the executor's plan may have changed (keep() rewrites it): cheap, so every step
   p.local = &local;
   p.mine = mine;
   for (std::size_t b = 0; b < p.bucket_slots.size(); ++b)
     p.pending[b].store(static_cast<int>(p.bucket_slots[b].size()), std::memory_order_relaxed);
-  for (std::size_t k = 0; k < s; ++k) p.final_[k].store(0, std::memory_order_relaxed);
+  for (std::size_t k = 0; k < s; ++k) {
+    p.final_[k].store(0, std::memory_order_relaxed);
+    p.final_order[k].store(-1, std::memory_order_relaxed);
+  }
+  p.finals_seen.store(0, std::memory_order_relaxed);
+  p.observed = p.options.overlap;
   {
     std::lock_guard lock(p.mutex);
     p.ready.clear();
@@ -365,6 +415,8 @@ step_totals data_parallel<T>::finish() {
   p.state = impl::phase::idle;
   if (p.failure) std::rethrow_exception(p.failure);
   p.times.exposed = now_seconds() - backward_end;
+  lock.unlock();
+  if (++p.steps == 1) p.rebucket();
   p.times.active = p.active_seconds;
   p.times.cpu = p.cpu_seconds;
   return p.all;

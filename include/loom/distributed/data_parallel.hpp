@@ -7,8 +7,9 @@
 //   tr.set_gradient_sync(&dp);
 //   tr.step(my_micro_batches, tokens);   // the mean gradient over every rank's micro-batches
 //
-// Gradients are packed into buckets (bucket_bytes) in the order backward finishes them; a
-// bucket is summed over the ranks — in the fixed tree order of distributed/tree.hpp, never in
+// Gradients are packed into buckets (bucket_bytes) in the order backward finishes them — first
+// as the plan suggests, then, from the second step on, as rank 0's first backward really did —;
+// a bucket is summed over the ranks — in the fixed tree order of distributed/tree.hpp, never in
 // MPI's — as soon as backward has finished all its gradients, by a communication thread, while
 // backward goes on. docs/distributed.md explains the order and what it costs.
 #pragma once
