@@ -1,7 +1,6 @@
 // Data-parallel training over MPI, run by CTest as `mpirun -np N test_distributed "<test name>"`
 // (tests/distributed/CMakeLists.txt). Every rank runs the test case; a failed check on any rank
 // fails the job. Comparisons with rank 0 use plain MPI_Bcast, not the code under test.
-#define CATCH_CONFIG_RUNNER
 #include <mpi.h>
 #include <catch2/catch.hpp>
 
@@ -17,11 +16,12 @@ using namespace loom;
 using namespace dist_test;
 using Catch::Matchers::Contains;
 
+loom::distributed::communicator& test_world();  // all the ranks (test_distributed_main.cpp)
+
 namespace {
 
-distributed::communicator* world_ptr = nullptr;
 distributed::communicator& world() {
-  return *world_ptr;
+  return test_world();
 }
 
 // Whether every parameter holds rank 0's bytes.
@@ -264,11 +264,4 @@ TEST_CASE("a checkpoint rank 0 cannot write fails on every rank") {
       [&] { distributed::save_checkpoint(world(), "/nonexistent-loom-dir/ckpt.safetensors", params, *opt); });
   CHECK_THAT(message, Contains("/nonexistent-loom-dir/ckpt.safetensors"));
   if (world().rank() != 0) CHECK_THAT(message, Catch::Matchers::StartsWith("rank 0 failed: "));
-}
-
-int main(int argc, char** argv) {
-  distributed::session mpi(argc, argv);
-  world_ptr = &mpi.world();
-  world().set_timeout(20);  // a rank that fails a REQUIRE and leaves does not hold the others for long
-  return Catch::Session().run(argc, argv);
 }
