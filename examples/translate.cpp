@@ -2,20 +2,31 @@
 // ("4071" -> "four thousand seventy one"), then translate the held-out test split with greedy
 // decoding through the KV cache, and report exact-match accuracy and corpus BLEU-4.
 //
-//   translate [--minutes M] [--steps N] [--threads N] [--out DIR] [--seed S]
+//   translate [--minutes M] [--steps N] [--threads N] [--out DIR] [--seed S] [--accumulate A]
 //
 // Writes DIR/checkpoint.safetensors (parameters and optimizer state), DIR/loss.csv,
 // DIR/loss.svg (the loss curve) and DIR/attention.svg (cross-attention of one example).
+//
+// Data parallel over MPI (when loom::distributed was built): `mpirun -np 2 translate --threads 1`
+// trains on 2 processes, each taking its share of every step's batch (docs/distributed.md); the
+// progress line, the evaluation and the files come from rank 0. --accumulate A cuts each
+// process's share into A micro-batches whose gradients are accumulated.
 #include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <memory>
 #include <string>
+#include <vector>
 
+#include "loom/data/sharding.hpp"
 #include "loom/io/checkpoint.hpp"
 #include "loom/train/progress.hpp"
 #include "loom/train/trainer.hpp"
 #include "translation.hpp"
+#ifdef LOOM_HAVE_DISTRIBUTED
+#include "loom/distributed/data_parallel.hpp"
+#endif
 
 using namespace loom;
 using namespace translation;
@@ -33,7 +44,17 @@ struct settings {
   std::uint64_t seed = 1;
   std::size_t batch = 64;
   long max_number = 999'999'999;
+  std::int64_t accumulate = 1;  // micro-batches per process and step
 };
+
+#ifdef LOOM_HAVE_DISTRIBUTED
+using world_t = distributed::communicator;
+#else
+struct world_t {  // this process alone
+  int rank() const { return 0; }
+  int size() const { return 1; }
+};
+#endif
 
 settings parse(int argc, char** argv) {
   settings s;
@@ -46,8 +67,11 @@ settings parse(int argc, char** argv) {
     else if (arg("--seed")) s.seed = std::stoull(argv[++i]);
     else if (arg("--batch")) s.batch = std::stoul(argv[++i]);
     else if (arg("--max")) s.max_number = std::stol(argv[++i]);
+    else if (arg("--accumulate")) s.accumulate = std::stol(argv[++i]);
     else {
-      std::fprintf(stderr, "usage: %s [--minutes M] [--steps N] [--threads N] [--out DIR] [--seed S] [--batch B]\n",
+      std::fprintf(stderr,
+                   "usage: %s [--minutes M] [--steps N] [--threads N] [--out DIR] [--seed S] [--batch B] "
+                   "[--accumulate A]\n",
                    argv[0]);
       std::exit(2);
     }
@@ -75,9 +99,22 @@ double validation_loss(const task& t, const Graph& eval_loss, param_store<float>
 
 }  // namespace
 
+int train_and_evaluate(const settings& s, world_t* world);
+
 int main(int argc, char** argv) {
   const settings s = parse(argc, argv);
-  std::filesystem::create_directories(s.out);
+#ifdef LOOM_HAVE_DISTRIBUTED
+  if (distributed::launched_by_mpi())
+    return distributed::run(argc, argv,
+                            [&](distributed::communicator& world) { return train_and_evaluate(s, &world); });
+#endif
+  return train_and_evaluate(s, nullptr);
+}
+
+int train_and_evaluate(const settings& s, world_t* world) {
+  const int rank = world ? world->rank() : 0, ranks = world ? world->size() : 1;
+  if (rank != 0) std::freopen("/dev/null", "w", stdout);  // rank 0 speaks and writes the files
+  if (rank == 0) std::filesystem::create_directories(s.out);
 
   // ---- data: distinct numbers, no number in two splits
   task t(s.max_number, 60'000, 1'000, 2'000, s.seed);
@@ -103,21 +140,55 @@ int main(int argc, char** argv) {
   auto run = train_graph.executor<float>(params, {.threads = s.threads});
   adam<float> opt(params, {.lr = 1e-3});
   opt.set_schedule(warmup_cosine(1e-3, s.steps / 20, s.steps, 2e-5));
-  trainer<float> trainer(run, params, opt,
-                                {.total_steps = s.steps, .clip_norm = 1.0, .csv_path = s.out + "/loss.csv"});
-  std::printf("training for %ld steps of %zu examples (at most %.1f minutes) on %d thread(s)\n", s.steps, s.batch,
-              s.minutes, run.threads());
+  trainer_options options{.total_steps = s.steps, .clip_norm = 1.0, .csv_path = s.out + "/loss.csv"};
+  if (rank != 0) {
+    options.csv_path.clear();
+    options.progress.out = std::fopen("/dev/null", "w");
+  }
+  trainer<float> trainer(run, params, opt, options);
+  const std::int64_t micro_batches = ranks * s.accumulate;  // per step, over all processes
+#ifdef LOOM_HAVE_DISTRIBUTED
+  std::unique_ptr<distributed::data_parallel<float>> dp;
+  if (world) {  // the same settings on every rank, rank 0's initial parameters
+    dp = std::make_unique<distributed::data_parallel<float>>(
+        *world, run, params,
+        distributed::data_parallel_options{.config = {{"seed", std::to_string(s.seed)},
+                                                      {"batch", std::to_string(s.batch)},
+                                                      {"steps", std::to_string(s.steps)},
+                                                      {"accumulate", std::to_string(s.accumulate)},
+                                                      {"max", std::to_string(s.max_number)}}});
+    trainer.set_gradient_sync(dp.get());
+  }
+#endif
+  std::printf("training for %ld steps of %zu examples (at most %.1f minutes) on %d process(es) x %d thread(s), "
+              "%lld micro-batch(es) per step\n",
+              s.steps, s.batch, s.minutes, ranks, run.threads(), static_cast<long long>(micro_batches));
   for (long step = 1; step <= s.steps; ++step) {
-    auto b = t.train_batch(step, s.batch, s.seed);
-    trainer.step({{"src", b.src}, {"src_len", b.src_len}, {"tgt", b.tgt}, {"target", b.target}}, label_tokens(b));
-    if (step % 500 == 0 || step == s.steps) trainer.validation(validation_loss(t, eval_graph, params, s.threads));
-    if (trainer.seconds() > s.minutes * 60) {
+    // this process's micro-batches of the step's batch: the same batch for any process count
+    std::vector<seq2seq_batch> mine;
+    std::int64_t tokens = 0;
+    for (const auto& idx : shard_batch(t.train_indices(step, s.batch, s.seed), micro_batches, rank, ranks)) {
+      mine.push_back(make_batch(t.data.train, idx, t.source, t.target));
+      tokens += label_tokens(mine.back());
+    }
+    std::vector<std::vector<feed>> feeds;
+    for (const auto& b : mine)
+      feeds.push_back({{"src", b.src}, {"src_len", b.src_len}, {"tgt", b.tgt}, {"target", b.target}});
+    trainer.step(feeds, tokens);
+    if (rank == 0 && (step % 500 == 0 || step == s.steps))
+      trainer.validation(validation_loss(t, eval_graph, params, s.threads));
+    bool out_of_time = trainer.seconds() > s.minutes * 60;
+#ifdef LOOM_HAVE_DISTRIBUTED
+    if (world) world->broadcast(std::span(&out_of_time, 1));  // rank 0 decides for everyone
+#endif
+    if (out_of_time) {
       trainer.finish();
       std::printf("time limit reached after %ld steps\n", step);
       break;
     }
   }
   trainer.finish();
+  if (rank != 0) return 0;  // rank 0 evaluates and writes the files
   const double train_seconds = trainer.seconds();
   std::printf("trained %lld steps in %.1f s (%.1f ms/step)\n", static_cast<long long>(trainer.steps()), train_seconds,
               1e3 * train_seconds / static_cast<double>(trainer.steps()));

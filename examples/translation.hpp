@@ -59,10 +59,15 @@ struct task {
   /// The training batch of step `step` (1-based): `size` examples drawn with a generator seeded
   /// by (seed, step), so a run resumed at any step sees the same batches.
   seq2seq_batch train_batch(std::int64_t step, std::size_t size, std::uint64_t seed) const {
+    return make_batch(data.train, train_indices(step, size, seed), source, target);
+  }
+  /// The examples of train_batch(step, size, seed), as indices into data.train (to be shared
+  /// between ranks and micro-batches with loom::shard_batch).
+  std::vector<std::size_t> train_indices(std::int64_t step, std::size_t size, std::uint64_t seed) const {
     rng gen(seed * 0x9e3779b97f4a7c15ull + static_cast<std::uint64_t>(step));
     std::vector<std::size_t> idx(size);
     for (auto& i : idx) i = static_cast<std::size_t>(gen.below(data.train.size()));
-    return make_batch(data.train, idx, source, target);
+    return idx;
   }
 };
 

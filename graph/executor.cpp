@@ -4,6 +4,7 @@
 // executor_impl.hpp.
 #include "loom/graph/executor.hpp"
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <string_view>
@@ -123,6 +124,11 @@ void executor<T>::impl::backward(std::span<const tensor<T>> cot) {
     if (!g) continue;  // no gradient flows through this output
     for (std::int64_t e = 0; e < cot[r].size(); ++e) g[e] += cot[r][e];
   }
+  // a leaf that is an output and feeds nothing has its final gradient already
+  if (gradient_final)
+    for (auto r = roots.begin(); r != roots.end(); ++r)
+      if (leaf[*r] && grad[*r] && plan.consumers(*r).empty() && std::find(roots.begin(), r, *r) == r)
+        gradient_final(*r);
   // values recomputed in backward live in their second buffer (planner.hpp)
   if (!buffers.recompute.empty()) {
     for (int i = 0; i < n; ++i)
@@ -136,6 +142,8 @@ void executor<T>::impl::backward(std::span<const tensor<T>> cot) {
     }
     for (int x : sched.zero_before[i]) std::memset(grad[x], 0, static_cast<std::size_t>(dims[x].size()) * sizeof(T));
     kernels[i].backward(args(i));
+    if (gradient_final)
+      for (int x : sched.leaf_grads_final[i]) gradient_final(x);
   };
   values_spent = true;
   detail::run_dag(*arena, sched.backward, compute);
@@ -206,6 +214,11 @@ std::int64_t executor<T>::bound(std::string_view symbol) const {
       return p_->sym[k];
     }
   throw missing_error("executor: the graph has no dim " + quoted(symbol));
+}
+
+template <class T>
+void executor<T>::on_gradient_final(std::function<void(int node)> callback) {
+  p_->gradient_final = std::move(callback);
 }
 
 template <class T>

@@ -50,6 +50,7 @@ struct executor<T>::impl {
   std::vector<std::uint8_t> keep;         // nodes whose value and gradient stay readable (keep_original mapped)
   detail::buffer_plan buffers;            // which buffers share bytes (planner.hpp)
   std::vector<int> may_append;            // per node: the input whose storage it may grow in place, or −1
+  std::function<void(int)> gradient_final;  // executor::on_gradient_final
 
   // ---- the last successful bind (bind.cpp) ----
   bool bound = false, forwarded = false, backwarded = false;

@@ -54,6 +54,11 @@ schedules build_schedules(const plan_view& plan, std::span<const std::uint8_t> l
       s.zero_before[c].push_back(x);
     }
   }
+  // a leaf's gradient is final after its consumers' tasks, which run in descending order
+  s.leaf_grads_final.assign(n, {});
+  for (int x = 0; x < n; ++x)
+    if (leaf[x] && needs_grad[x] && !plan.consumers(x).empty())
+      s.leaf_grads_final[plan.consumers(x).front()].push_back(x);
   s.backward.succ.assign(n, {});
   s.backward.pending0.assign(n, 0);
   for (int i = n - 1; i >= 0; --i) {

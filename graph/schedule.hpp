@@ -35,6 +35,9 @@ struct schedules {
   /// Per input edge (plan.in_off numbering): 1 when that edge's contribution is the first to
   /// its gradient and the consumer's kernel stores it (op_entry::writes_fresh).
   std::vector<std::uint8_t> edge_fresh;
+  /// Per node: the leaves (parameters, inputs) whose gradient is final once its backward task
+  /// has run — each leaf at its last contributor, the consumer with the smallest index.
+  std::vector<std::vector<int>> leaf_grads_final;
 };
 
 /// Forward: a computed node waits for its computed inputs. Backward: a node runs after every

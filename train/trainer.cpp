@@ -15,7 +15,7 @@ double now_seconds() {
 
 template <class T>
 trainer<T>::trainer(executor<T>& run, param_store<T>& params, optimizer<T>& opt, trainer_options options)
-    : run_(&run), params_(&params), opt_(&opt), options_(std::move(options)),
+    : run_(&run), params_(&params), opt_(&opt), accumulator_(params), options_(std::move(options)),
       progress_(options_.total_steps, options_.progress), start_(now_seconds()) {
   if (!options_.csv_path.empty())
     csv_ = std::make_unique<csv_log>(options_.csv_path,
@@ -30,12 +30,42 @@ double trainer<T>::seconds() const {
 
 template <class T>
 double trainer<T>::step(std::span<const feed> feeds, std::int64_t tokens) {
-  run_->forward(feeds);
-  const double loss = static_cast<double>(run_->output()[0]);
-  if (!std::isfinite(loss))
-    throw value_error("trainer: the loss is " + std::to_string(loss) + " at step " + std::to_string(steps() + 1) +
-                      "; the parameters were not updated");
-  run_->backward();
+  const std::vector<feed> one(feeds.begin(), feeds.end());
+  return step(std::span<const std::vector<feed>>(&one, 1), tokens);
+}
+
+template <class T>
+double trainer<T>::step(std::span<const std::vector<feed>> micro_batches, std::int64_t tokens) {
+  if (micro_batches.empty()) throw value_error("trainer: a step needs at least one micro-batch");
+  const auto count = static_cast<std::int64_t>(micro_batches.size());
+  std::vector<double> losses;
+  accumulator_.clear();
+  for (const auto& feeds : micro_batches) {
+    run_->forward(feeds);
+    losses.push_back(static_cast<double>(run_->output()[0]));
+    // with other processes, every one must take the same decision: see below
+    if (!sync_ && !std::isfinite(losses.back()))
+      throw value_error("trainer: the loss is " + std::to_string(losses.back()) + " at step " +
+                        std::to_string(steps() + 1) +
+                        (count > 1 ? " (micro-batch " + std::to_string(losses.size()) + ")" : std::string()) +
+                        "; the parameters were not updated");
+    const bool last = static_cast<std::int64_t>(losses.size()) == count;
+    if (last && sync_) sync_->start(accumulator_, {tree_sum(losses), tokens, count});
+    run_->backward();
+    if (!last) accumulator_.push();
+  }
+  double loss = 0;
+  if (sync_) {
+    const step_totals all = sync_->finish();
+    loss = all.loss_sum / static_cast<double>(all.micro_batches);
+    tokens = all.tokens;
+    if (!std::isfinite(loss))
+      throw value_error("trainer: the mean loss over all processes is " + std::to_string(loss) + " at step " +
+                        std::to_string(steps() + 1) + "; the parameters were not updated");
+  } else {
+    accumulator_.finish_all(count);
+    loss = tree_sum(losses) / static_cast<double>(count);
+  }
   grad_norm_ = options_.clip_norm > 0 ? clip_grad_norm(*params_, options_.clip_norm) : 0.0;
   opt_->step();
   tokens_ += tokens;

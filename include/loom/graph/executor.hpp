@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <initializer_list>
 #include <memory>
 #include <span>
@@ -112,6 +113,12 @@ class executor {
   tensor_view<const T> grad(Node) const {
     return grad_at(index_of(desc_ptr<Node>()));
   }
+  /// During every later backward(), calls `callback(node)` once for each parameter (and input,
+  /// with exec_options::input_grads) as soon as its gradient is final — every contribution
+  /// added — while backward goes on: a data-parallel trainer starts sending it. `node` is the
+  /// leaf's index in plan(). Runs on a worker thread, concurrently with kernels and with other
+  /// calls; it must not throw or write gradients. An empty function removes the callback.
+  void on_gradient_final(std::function<void(int node)> callback);
   /// The value the last forward() bound to a dynamic dim.
   std::int64_t bound(std::string_view symbol) const;
 

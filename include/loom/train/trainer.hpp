@@ -10,6 +10,8 @@
 #include <vector>
 
 #include "loom/graph/executor.hpp"
+#include "loom/train/accumulate.hpp"
+#include "loom/train/gradient_sync.hpp"
 #include "loom/train/optim.hpp"
 #include "loom/train/progress.hpp"
 
@@ -38,6 +40,16 @@ class trainer {
   double step(std::initializer_list<feed> feeds, std::int64_t tokens = 0) {
     return step(std::span<const feed>(feeds.begin(), feeds.size()), tokens);
   }
+  /// One step over the micro-batches of one batch: forward and backward of each in order, their
+  /// gradients summed in the tree order of accumulate.hpp and divided by their number (with a
+  /// gradient_sync, by the number over all processes), then clipping and the optimizer step.
+  /// `tokens` counts this process's tokens. Returns the mean loss of the micro-batches (of all
+  /// processes'). Throws value_error for no micro-batches or a loss that is not finite (the
+  /// parameters are kept), and what forward() throws.
+  double step(std::span<const std::vector<feed>> micro_batches, std::int64_t tokens = 0);
+  /// From now on, steps combine their gradients with other processes through `sync` (nullptr:
+  /// this process alone), which must outlive its use.
+  void set_gradient_sync(gradient_sync<T>* sync) { sync_ = sync; }
   /// Records a validation loss at the current step (CSV and curve) and shows it.
   void validation(double loss);
   /// Ends the progress line.
@@ -56,6 +68,8 @@ class trainer {
   executor<T>* run_;
   param_store<T>* params_;
   optimizer<T>* opt_;
+  gradient_sync<T>* sync_ = nullptr;
+  gradient_accumulator<T> accumulator_;
   trainer_options options_;
   progress_line progress_;
   std::unique_ptr<csv_log> csv_;

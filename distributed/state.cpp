@@ -1,0 +1,215 @@
+// Configuration checks, broadcasts, checksums and rank-0 checkpoints (state.hpp).
+#include "loom/distributed/state.hpp"
+
+#include <cstring>
+#include <set>
+
+namespace loom::distributed {
+
+namespace {
+
+std::uint64_t fnv(std::uint64_t h, const void* data, std::size_t n) {
+  const auto* p = static_cast<const unsigned char*>(data);
+  for (std::size_t i = 0; i < n; ++i) h = (h ^ p[i]) * 0x100000001b3ull;
+  return h;
+}
+std::uint64_t fnv(std::uint64_t h, std::string_view s) {
+  return fnv(fnv(h, s.data(), s.size()), "\n", 1);
+}
+constexpr std::uint64_t fnv_start = 0xcbf29ce484222325ull;
+
+std::string quoted(std::string_view s) {
+  return "\"" + std::string(s) + "\"";
+}
+
+// "key\0value\0" per entry, in key order: what the ranks compare.
+std::string serialize(const std::map<std::string, std::string>& config) {
+  std::string out;
+  for (const auto& [k, v] : config) {
+    out += k;
+    out += '\0';
+    out += v;
+    out += '\0';
+  }
+  return out;
+}
+
+std::map<std::string, std::string> deserialize(const std::string& text) {
+  std::map<std::string, std::string> out;
+  std::size_t at = 0;
+  while (at < text.size()) {
+    const std::size_t k = text.find('\0', at), v = text.find('\0', k + 1);
+    out.emplace(text.substr(at, k - at), text.substr(k + 1, v - k - 1));
+    at = v + 1;
+  }
+  return out;
+}
+
+// What differs between rank r's settings and rank 0's, at most a few lines.
+std::string differences(int r, const std::map<std::string, std::string>& mine,
+                        const std::map<std::string, std::string>& root) {
+  std::vector<std::string> lines;
+  for (const auto& [k, v] : mine) {
+    auto it = root.find(k);
+    if (it == root.end())
+      lines.push_back("rank " + std::to_string(r) + " has " + quoted(k) + " = " + quoted(v) + ", rank 0 has none");
+    else if (it->second != v)
+      lines.push_back("rank " + std::to_string(r) + ": " + quoted(k) + " is " + quoted(v) + ", rank 0 has " +
+                      quoted(it->second));
+  }
+  for (const auto& [k, v] : root)
+    if (!mine.count(k))
+      lines.push_back("rank 0 has " + quoted(k) + " = " + quoted(v) + ", rank " + std::to_string(r) + " has none");
+  std::string out;
+  for (std::size_t i = 0; i < lines.size() && i < 8; ++i) out += "\n  - " + lines[i];
+  if (lines.size() > 8) out += "\n  - ... and " + std::to_string(lines.size() - 8) + " more";
+  return out;
+}
+
+// Throws on every rank if `ok` is false on root, with root's message.
+void share_outcome(const communicator& comm, bool ok, const std::string& message) {
+  std::uint8_t flag = ok ? 1 : 0;
+  comm.broadcast(std::span(&flag, 1));
+  if (flag) return;
+  const std::string text = comm.broadcast(message);
+  throw error(comm.rank() == 0 ? text : "rank 0 failed: " + text);
+}
+
+}  // namespace
+
+void check_same_config(const communicator& comm, const std::map<std::string, std::string>& config) {
+  const std::string mine = serialize(config);
+  const auto hashes = comm.all_gather(fnv(fnv_start, mine.data(), mine.size()));
+  bool same = true;
+  for (std::uint64_t h : hashes) same = same && h == hashes[0];
+  if (same) return;
+  const auto all = comm.all_gather(std::string_view(mine));
+  const auto root = deserialize(all[0]);
+  std::string what = "the ranks were started with different configurations:";
+  for (std::size_t r = 1; r < all.size(); ++r)
+    if (hashes[r] != hashes[0]) what += differences(static_cast<int>(r), deserialize(all[r]), root);
+  throw mismatch_error(what);
+}
+
+template <class T>
+std::map<std::string, std::string> parameter_config(const param_store<T>& params) {
+  std::map<std::string, std::string> out;
+  for (const auto& [name, e] : params) out["parameter " + name] = e.value.dims().str();
+  out["parameter scalar"] = sizeof(T) == 4 ? "float" : "double";
+  return out;
+}
+
+template <class T>
+std::uint64_t state_checksum(const param_store<T>& params, const optimizer<T>* opt) {
+  std::uint64_t h = fnv_start;
+  for (const auto& [name, e] : params) {
+    h = fnv(h, name);
+    h = fnv(h, e.value.dims().str());
+    h = fnv(h, e.value.data(), static_cast<std::size_t>(e.value.size()) * sizeof(T));
+  }
+  if (opt) {
+    const auto& s = opt->state();
+    h = fnv(h, std::to_string(s.step));
+    for (const auto& [kind, by_param] : s.buffers)
+      for (const auto& [name, t] : by_param) {
+        h = fnv(h, kind + "." + name);
+        h = fnv(h, t.data(), static_cast<std::size_t>(t.size()) * sizeof(T));
+      }
+  }
+  return h;
+}
+
+template <class T>
+void check_same_state(const communicator& comm, const param_store<T>& params, const optimizer<T>* opt) {
+  const auto sums = comm.all_gather(state_checksum(params, opt));
+  std::string ranks;
+  for (std::size_t r = 1; r < sums.size(); ++r)
+    if (sums[r] != sums[0]) ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
+  if (!ranks.empty())
+    throw mismatch_error(std::string("the ranks hold different ") +
+                         (opt ? "parameters or optimizer state" : "parameters") + ": rank(s) " + ranks +
+                         " differ from rank 0 (checksums of every value's bits)");
+}
+
+template <class T>
+void broadcast_parameters(const communicator& comm, param_store<T>& params) {
+  check_same_config(comm, parameter_config(params));
+  for (auto& [name, e] : params) comm.broadcast(std::span(e.value.data(), static_cast<std::size_t>(e.value.size())));
+  check_same_state<T>(comm, params);
+}
+
+template <class T>
+void broadcast_optimizer(const communicator& comm, optimizer<T>& opt) {
+  // rank 0 describes its state (step, buffers and shapes), the others make room and receive it
+  std::map<std::string, std::string> description{{"optimizer", std::string(opt.name())}};
+  const auto& state = opt.state();
+  description["step"] = std::to_string(state.step);
+  for (const auto& [kind, by_param] : state.buffers)
+    for (const auto& [name, t] : by_param) description[kind + "\n" + name] = t.dims().str();
+  auto root = deserialize(comm.broadcast(serialize(description)));
+  if (root.at("optimizer") != opt.name())
+    throw mismatch_error("broadcast_optimizer: rank 0's optimizer is " + quoted(root.at("optimizer")) + ", rank " +
+                         std::to_string(comm.rank()) + "'s is " + quoted(opt.name()));
+  optimizer_state<T> copy;
+  if (comm.rank() == 0) copy = state;
+  copy.step = std::stoll(root.at("step"));
+  for (const auto& [key, shape] : root) {
+    const auto cut = key.find('\n');
+    if (cut == std::string::npos) continue;
+    const std::string kind = key.substr(0, cut), name = key.substr(cut + 1);
+    if (comm.rank() != 0) copy.buffers[kind][name] = tensor<T>(opt.params().value(name).dims());
+    auto& t = copy.buffers[kind][name];
+    comm.broadcast(std::span(t.data(), static_cast<std::size_t>(t.size())));
+  }
+  if (comm.rank() != 0) opt.load_state(std::move(copy));
+  check_same_state(comm, opt.params(), &opt);
+}
+
+template <class T>
+void save_checkpoint(const communicator& comm, const std::string& path, const param_store<T>& params,
+                     const optimizer<T>& opt, const std::map<std::string, std::string>& metadata) {
+  check_same_state(comm, params, &opt);
+  bool ok = true;
+  std::string message;
+  if (comm.rank() == 0) try {
+      loom::save_checkpoint(path, params, opt, metadata);
+    } catch (const std::exception& e) {
+      ok = false;
+      message = e.what();
+    }
+  share_outcome(comm, ok, message);
+}
+
+template <class T>
+std::map<std::string, std::string> load_checkpoint(const communicator& comm, const std::string& path,
+                                                   param_store<T>& params, optimizer<T>& opt) {
+  bool ok = true;
+  std::string message;
+  std::map<std::string, std::string> metadata;
+  if (comm.rank() == 0) try {
+      metadata = loom::load_checkpoint(path, params, opt);
+    } catch (const std::exception& e) {
+      ok = false;
+      message = e.what();
+    }
+  share_outcome(comm, ok, message);
+  broadcast_parameters(comm, params);
+  broadcast_optimizer(comm, opt);
+  return deserialize(comm.broadcast(serialize(metadata)));
+}
+
+#define LOOM_DISTRIBUTED_STATE(T)                                                                                    \
+  template std::map<std::string, std::string> parameter_config(const param_store<T>&);                               \
+  template std::uint64_t state_checksum(const param_store<T>&, const optimizer<T>*);                                 \
+  template void check_same_state(const communicator&, const param_store<T>&, const optimizer<T>*);                   \
+  template void broadcast_parameters(const communicator&, param_store<T>&);                                          \
+  template void broadcast_optimizer(const communicator&, optimizer<T>&);                                             \
+  template void save_checkpoint(const communicator&, const std::string&, const param_store<T>&, const optimizer<T>&, \
+                                const std::map<std::string, std::string>&);                                          \
+  template std::map<std::string, std::string> load_checkpoint(const communicator&, const std::string&,               \
+                                                              param_store<T>&, optimizer<T>&);
+LOOM_DISTRIBUTED_STATE(float)
+LOOM_DISTRIBUTED_STATE(double)
+#undef LOOM_DISTRIBUTED_STATE
+
+}  // namespace loom::distributed
