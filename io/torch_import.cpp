@@ -197,6 +197,9 @@ plan make_plan(family f, const tensor_file& file, const param_store<T>& params, 
     if (!std::equal(s.shape.begin(), s.shape.end(), value.shape().begin(), value.shape().end()))
       p.differences.push_back(in_quotes(it->second.torch_name) + ": shape " + s.shape_str() + " in the file, " +
                               value.dims().str() + " in the store (loom parameter " + in_quotes(lp + relative) + ")");
+    else if (const std::int64_t bad = first_non_finite(s); bad >= 0 && !options.allow_non_finite)
+      p.differences.push_back(non_finite_text(it->second.torch_name, s, bad) +
+                              " (load with allow_non_finite = true to accept it)");
   }
   if (options.strict)
     for (const auto& [relative, src] : p.sources) {
