@@ -71,11 +71,12 @@ void atomic_file::commit() {
     if (::linkat(AT_FDCWD, self.c_str(), AT_FDCWD, tmp_.c_str(), AT_SYMLINK_FOLLOW) != 0) fail("cannot create", tmp_);
     named_ = true;  // from here on the destructor removes it unless the rename succeeds
   }
-  const int fd = fd_;
-  fd_ = -1;
-  if (::close(fd) != 0) fail("cannot close", tmp_);
+  // the rename right after the link: the window in which a kill leaves path.tmp is two syscalls
   if (std::rename(tmp_.c_str(), path_.c_str()) != 0) fail("cannot rename " + in_quotes(tmp_) + " to", path_);
   committed_ = true;
+  const int fd = fd_;
+  fd_ = -1;
+  if (::close(fd) != 0) fail("cannot close", path_);
   // Make the rename itself durable (best effort: some file systems refuse to sync directories).
   const int dir = ::open(directory_of(path_).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (dir >= 0) {
