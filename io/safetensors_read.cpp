@@ -10,6 +10,7 @@
 #include <array>
 #include <cerrno>
 #include <cstring>
+#include <deque>
 #include <iterator>
 #include <limits>
 #include <tuple>
@@ -102,7 +103,7 @@ class header_parser {
   header_parser(std::string where, std::uint64_t data_size) : where_(std::move(where)), data_size_(data_size) {}
 
   tensor_file file;
-  std::vector<placement> placements;
+  std::deque<placement> placements;  // a deque: no spare capacity, which a vector would double
   std::string error;
 
   bool null() { return value("null"); }
@@ -228,6 +229,8 @@ bool header_parser::key(std::string& k) {
     name_ = std::move(k);
   } else if (at_ == at::metadata) {
     if (file.metadata.contains(k)) return fail(where_ + "the header names metadata " + in_quotes(k) + " twice");
+    if (file.metadata.size() == max_metadata_entries)
+      return fail(where_ + "the header has more than " + std::to_string(max_metadata_entries) + " metadata entries");
     field_ = std::move(k);
   } else {  // at::entry
     bool* seen = k == "dtype" ? &has_dtype_ : k == "shape" ? &has_shape_ : k == "data_offsets" ? &has_offsets_ : nullptr;
@@ -255,6 +258,7 @@ bool header_parser::start_array(std::size_t) {
 bool header_parser::end_array() {
   if (at_ == at::offsets && offsets_.size() != 2)
     return fail(entry_where() + "\"data_offsets\" is not an array of two integers");
+  if (at_ == at::shape) tensor_->shape.shrink_to_fit();  // 8 bytes per dim, no spare capacity
   at_ = at::entry;
   return true;
 }
@@ -298,7 +302,7 @@ bool header_parser::finish_entry() {
 }
 
 // The tensors must tile the data section: no gap, no overlap, nothing left over.
-void check_tiling(std::vector<placement>& placements, std::uint64_t data_size, const std::string& where) {
+void check_tiling(std::deque<placement>& placements, std::uint64_t data_size, const std::string& where) {
   std::sort(placements.begin(), placements.end(),
             [](const placement& a, const placement& b) { return std::tie(a.begin, a.end) < std::tie(b.begin, b.end); });
   std::uint64_t covered = 0;

@@ -122,6 +122,24 @@ TEST_CASE("a header listing more than a million tensors is refused") {
   CHECK_THAT(message_of([&] { read_safetensors(path); }), Catch::Contains("more than 1000000 tensors"));
 }
 
+TEST_CASE("a header of more than 100,000 metadata entries is refused, so tiny entries cannot bloat memory") {
+  scratch_dir dir("limits");
+  const std::string path = dir.file("meta.safetensors");
+  auto metadata = [](int n) {
+    std::string h = R"({"__metadata__":{)";
+    for (int i = 0; i < n; ++i) h += (i ? ",\"" : "\"") + std::to_string(i) + "\":\"\"";
+    return h + "}}";
+  };
+  const auto allowed = test::raw_safetensors(metadata(static_cast<int>(max_metadata_entries)));
+  test::write_bytes(path, allowed);
+  std::size_t peak = 0;
+  peak = peak_heap_of([&] { CHECK(read_safetensors(path).metadata.size() == max_metadata_entries); });
+  INFO("file " << allowed.size() << " bytes, peak heap " << peak << " bytes");
+  CHECK(peak < (std::size_t{64} << 20));  // ~14 bytes of memory per header byte, bounded by the count
+  test::write_bytes(path, test::raw_safetensors(metadata(static_cast<int>(max_metadata_entries) + 1)));
+  CHECK_THAT(message_of([&] { read_safetensors(path); }), Catch::Contains("more than 100000 metadata entries"));
+}
+
 TEST_CASE("reading a header takes time linear in its number of entries") {
   scratch_dir dir("limits");
   const std::string small = dir.file("small.safetensors"), large = dir.file("large.safetensors");
@@ -144,6 +162,23 @@ TEST_CASE("memory while reading a header of many small entries stays below 64 Mi
   CHECK(tensors == 400'000);
   CHECK(peak < (std::size_t{64} << 20) + 4 * bytes.size());
   CHECK(peak < 4 * bytes.size());  // and the per-entry cost alone is below 4 bytes per header byte
+}
+
+TEST_CASE("memory while reading a header of 64-dim shapes stays below 4 times the file size") {
+  // 8 bytes of memory per dim for 2 bytes of header ("0,"): the costliest valid entries
+  scratch_dir dir("limits");
+  const std::string path = dir.file("dims.safetensors");
+  std::string shape = "[0";
+  for (std::size_t i = 1; i < max_stored_rank; ++i) shape += ",0";
+  shape += "]";
+  std::string h = "{";
+  for (int i = 0; i < 60'000; ++i)
+    h += (i ? ",\"" : "\"") + std::to_string(i) + R"(":{"dtype":"U8","shape":)" + shape + R"(,"data_offsets":[0,0]})";
+  const auto bytes = test::raw_safetensors(h + "}");
+  test::write_bytes(path, bytes);
+  const std::size_t peak = peak_heap_of([&] { (void)read_safetensors(path); });
+  INFO("file " << bytes.size() << " bytes, peak heap " << peak << " bytes");
+  CHECK(peak < 4 * bytes.size());
 }
 
 TEST_CASE("reading a file of one large tensor holds its bytes once, not twice") {

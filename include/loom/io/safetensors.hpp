@@ -82,12 +82,15 @@ inline constexpr std::uint64_t max_header_bytes = 100'000'000;
 inline constexpr std::size_t max_stored_tensors = 1'000'000;
 /// At most this many dims in one shape (numpy's limit is 32 or 64).
 inline constexpr std::size_t max_stored_rank = 64;
+/// At most this many metadata entries (each costs ~100 bytes of memory for as few as 7 bytes of
+/// header: the limit keeps a header of tiny entries from growing 14-fold in memory).
+inline constexpr std::size_t max_metadata_entries = 100'000;
 
 /// Reads and validates a whole safetensors file. Throws io_error naming the file and the fault:
 /// unreadable or short file, header length past the end or above max_header_bytes, header not
 /// a JSON object of the format's shape (a flat object of flat objects; nothing nests deeper),
-/// unknown field or dtype, a name given twice, more than max_stored_tensors tensors or
-/// max_stored_rank dims, a shape whose size differs from its offsets, offsets out of range,
+/// unknown field or dtype, a name given twice, more than max_stored_tensors tensors,
+/// max_stored_rank dims or max_metadata_entries metadata entries, a shape whose size differs from its offsets, offsets out of range,
 /// overlapping or leaving gaps. The header is parsed in one pass without being held whole;
 /// memory stays within a small multiple of the file's size, and tensor bytes are allocated only
 /// after every check passed. Never reads out of bounds, whatever the bytes.
