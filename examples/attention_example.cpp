@@ -4,10 +4,10 @@
 //   attention_example [--dot graph.dot]
 #include <cmath>
 #include <cstdio>
-#include <cstring>
 #include <fstream>
 #include <string>
 
+#include "cli.hpp"
 #include "worked_attention.hpp"
 
 namespace {
@@ -46,13 +46,13 @@ void print_heat_map(loom::tensor_view<const float> w) {
 
 int main(int argc, char** argv) {
   std::string dot_path;
-  for (int i = 1; i < argc; ++i) {
-    if (std::strcmp(argv[i], "--dot") == 0 && i + 1 < argc) {
-      dot_path = argv[++i];
-    } else {
-      std::fprintf(stderr, "usage: %s [--dot graph.dot]\n", argv[0]);
-      return 2;
-    }
+  CLI::App app("The worked self-attention example of the tutorials, checked and drawn.", "attention_example");
+  app.add_option("--dot", dot_path, "also write the graph as Graphviz DOT to this file");
+  cli::parse(app, argc, argv);
+  std::ofstream dot_file;
+  if (!dot_path.empty()) {  // opened first: an unwritable path fails before any work
+    dot_file.open(dot_path);
+    if (!dot_file) cli::fail(app, "--dot: cannot write \"" + dot_path + "\"");
   }
 
   auto g = worked::graph();
@@ -82,7 +82,8 @@ int main(int argc, char** argv) {
   std::printf("%s\n", check.str().c_str());
 
   if (!dot_path.empty()) {
-    std::ofstream(dot_path) << g.dot();
+    dot_file << g.dot() << std::flush;
+    if (!dot_file) cli::fail(app, "--dot: cannot write \"" + dot_path + "\"");
     std::printf("graph written to %s (render: dot -Tsvg %s -o graph.svg)\n", dot_path.c_str(), dot_path.c_str());
   }
   return worst <= 1e-4f && check.ok ? 0 : 1;

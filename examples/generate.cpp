@@ -3,17 +3,20 @@
 // default; --temperature T [--top-k K] [--seed S] samples instead (reproducibly for a seed).
 //
 //   generate [--checkpoint out/translate/checkpoint.safetensors] [--temperature T] [--top-k K]
-//            [--seed S] [--threads N] [number ...]
+//            [--seed S] [--threads N] [--train-steps N] [number ...]
+//
+// A bad value (say --temperature nan, --top-k -1, a corrupt or foreign --checkpoint) ends it
+// with one line on stderr and exit status 2.
 //
 // Without a checkpoint (run examples/translate first to make one), it trains the model for
 // --train-steps steps (default 1500, about a minute) before generating.
 #include <chrono>
 #include <cstdio>
-#include <cstring>
 #include <filesystem>
 #include <string>
 #include <vector>
 
+#include "cli.hpp"
 #include "loom/io/checkpoint.hpp"
 #include "loom/train/trainer.hpp"
 #include "translation.hpp"
@@ -27,31 +30,35 @@ using eval_model = nn::seq2seq<cfg, nn::eval_mode>;
 using decode_model = nn::seq2seq<cfg, nn::decode_mode>;
 }  // namespace
 
-int main(int argc, char** argv) {
+int main(int argc, char** argv) try {
   std::string checkpoint = "out/translate/checkpoint.safetensors";
   double temperature = 0;
   int top_k = 0, threads = 0;
   long train_steps = 1500;
   std::uint64_t seed = 1;
   std::vector<std::string> numbers;
-  for (int i = 1; i < argc; ++i) {
-    auto arg = [&](const char* name) { return !std::strcmp(argv[i], name) && i + 1 < argc; };
-    if (arg("--checkpoint")) checkpoint = argv[++i];
-    else if (arg("--temperature")) temperature = std::stod(argv[++i]);
-    else if (arg("--top-k")) top_k = std::stoi(argv[++i]);
-    else if (arg("--seed")) seed = std::stoull(argv[++i]);
-    else if (arg("--threads")) threads = std::stoi(argv[++i]);
-    else if (arg("--train-steps")) train_steps = std::stol(argv[++i]);
-    else if (argv[i][0] != '-' && std::strspn(argv[i], "0123456789") == std::strlen(argv[i]) && std::strlen(argv[i]) <= 9)
-      numbers.emplace_back(argv[i]);
-    else {
-      std::fprintf(stderr,
-                   "usage: %s [--checkpoint FILE] [--temperature T] [--top-k K] [--seed S] [--threads N] "
-                   "[--train-steps N] [number (up to 9 digits) ...]\n",
-                   argv[0]);
-      return 2;
-    }
-  }
+  CLI::App app("Streams translations of numbers through the KV cache, greedy or sampled.", "generate");
+  auto* checkpoint_option =
+      app.add_option("--checkpoint", checkpoint, "parameters to load (without one, trains first)")
+          ->check(CLI::ExistingFile);
+  app.add_option("--temperature", temperature, "sample from softmax(logits / T); 0: greedy")
+      ->check(cli::number(0.0, 100.0));
+  app.add_option("--top-k", top_k, "sample among the K most likely tokens (0: all)")
+      ->check(cli::whole_number(0, tgt_vocab));
+  app.add_option("--seed", seed, "seed of the sampling")->check(cli::whole_number());
+  app.add_option("--threads", threads, "worker threads (0: all cores)")
+      ->check(cli::whole_number(0, max_threads));
+  app.add_option("--train-steps", train_steps, "steps to train when there is no checkpoint")
+      ->check(cli::whole_number(1, 10'000'000));
+  app.add_option("numbers", numbers, "numbers to translate (up to 9 digits each)")
+      ->check(CLI::Validator(
+          [](std::string& n) {
+            return !n.empty() && n.size() <= 9 && n.find_first_not_of("0123456789") == std::string::npos
+                       ? std::string()
+                       : "\"" + n + "\" is not a number of 1 to 9 digits";
+          },
+          "DIGITS", "number"));
+  cli::parse(app, argc, argv);
   if (numbers.empty()) numbers = {"4071", "19", "700000", "123456789", "80808080"};
 
   const task t(999'999'999, 60'000, 10, 10, 1);
@@ -60,8 +67,12 @@ int main(int argc, char** argv) {
   auto train_graph = make_graph(nn::seq2seq<cfg, nn::train_mode>::loss<pad, 0.1>());
   auto params = train_graph.make_params<float>(1);
 
-  if (std::filesystem::exists(checkpoint)) {
-    load_checkpoint(checkpoint, params);
+  if (checkpoint_option->count() > 0 || std::filesystem::exists(checkpoint)) {
+    try {
+      load_checkpoint(checkpoint, params);
+    } catch (const error& e) {  // corrupt, or another model's
+      cli::fail(app, std::string("--checkpoint: ") + e.what());
+    }
     std::printf("loaded %s\n", checkpoint.c_str());
   } else {
     std::printf("no checkpoint at %s: training for %ld steps first (examples/translate trains the full model)\n",
@@ -115,4 +126,7 @@ int main(int argc, char** argv) {
   std::printf("\n%ld tokens in %.2f ms: %.0f tokens/s\n", total_tokens, total_seconds * 1e3,
               static_cast<double>(total_tokens) / total_seconds);
   return 0;
+} catch (const std::exception& e) {  // a failure while running: one line, not an abort
+  std::fprintf(stderr, "generate: error: %s\n", e.what());
+  return 1;
 }

@@ -1,6 +1,7 @@
 // Binding: feeds to inputs, run-time dims to symbols, checked in numbered steps that change
 // nothing, then committed at once — a failed forward() loses nothing. A forward with the same
 // names, types and shapes as the last one only updates input addresses (same_binding).
+#include <limits>
 #include <string>
 
 #include "executor_impl.hpp"
@@ -20,11 +21,19 @@ storage storage_for(dtype t, bool is_double) {
   return storage::f32;
 }
 
+// constant + Σ symbols, or `overflowed` if the sum does not fit in int64.
+constexpr std::int64_t overflowed = std::numeric_limits<std::int64_t>::min();
 std::int64_t eval(const plan_dim& d, const std::vector<std::int64_t>& s) {
   std::int64_t v = d.constant;
-  for (int k = 0; k < d.n_syms; ++k) v += s[static_cast<std::size_t>(d.sym[k])];
+  for (int k = 0; k < d.n_syms; ++k)
+    if (__builtin_add_overflow(v, s[static_cast<std::size_t>(d.sym[k])], &v)) return overflowed;
   return v;
 }
+
+// Elements a node or the whole arena may hold: sizes in bytes stay far below 2^63 (as in
+// executor::memory_plan), so no size product or offset sum can overflow.
+constexpr std::int64_t max_node_elems = std::int64_t{1} << 57;
+constexpr std::int64_t max_total_elems = std::int64_t{1} << 59;
 
 // 1. Every feed names an input, every input is fed once, element types agree.
 // Returns, per node, its feed (or null).
@@ -108,6 +117,22 @@ void node_dims(const plan_view& plan, const param_store<T>& params, const std::v
     nd[i].rank = d->rank;
     for (int a = 0; a < d->rank; ++a) nd[i].d[a] = eval(plan.dims[i][a], s);
     na[i] = {eval(plan.dims[i][max_rank], s), eval(plan.dims[i][max_rank + 1], s)};
+  }
+  // Sizes before anything is allocated: a huge bound dim is an error, never an overflow.
+  std::int64_t total = 0;
+  for (int i = 0; i < n; ++i) {
+    std::int64_t elems = 1;
+    bool too_big = false;
+    for (int a = 0; a < nd[i].rank; ++a)
+      too_big = too_big || nd[i].d[a] < 0 || __builtin_mul_overflow(elems, nd[i].d[a], &elems) || elems > max_node_elems;
+    too_big = too_big || na[i][0] == overflowed || na[i][1] == overflowed;
+    if (too_big || __builtin_add_overflow(total, 2 * elems, &total) || total > max_total_elems) {
+      std::string dims;
+      for (int a = 0; a < plan.order[i]->rank; ++a) dims += (a ? ", " : "") + std::to_string(nd[i].d[a]);
+      throw shape_error("forward: " + plan.describe(i) + " " + plan.shape_text(i) + " would be [" + dims +
+                        "] with the bound dims: " +
+                        (too_big ? "more than 2^57 elements (or a dim beyond 2^63)" : "the graph's buffers would exceed 2^59 elements"));
+    }
   }
   std::string absent;
   for (int i = 0; i < n; ++i) {

@@ -86,24 +86,50 @@ void executor<T>::impl::plan_memory() {
 
 template <class T>
 void executor<T>::impl::make_arena() {
+  if (opts.threads < 0 || opts.threads > max_threads)
+    throw value_error("executor: threads must be 0 (all cores) to " + std::to_string(max_threads) + ", got " +
+                      std::to_string(opts.threads));
   int t = opts.threads > 0 ? opts.threads : tbb::info::default_concurrency();
   arena = std::make_unique<tbb::task_arena>(t);
 }
 
 template <class T>
 void executor<T>::impl::forward() {
+  // Until the run completes, the values are partial: a kernel that throws (a token id out of
+  // range, say) leaves nothing that backward() or output() may read.
+  forwarded = backwarded = false;
+  forward_failed = true;
   copy_strided_feeds();
   auto compute = [this](int i) { kernels[i].forward(args(i)); };
   detail::run_dag(*arena, sched.forward, compute);
+  forward_failed = false;
   forwarded = true;
-  backwarded = false;
   values_spent = false;
+}
+
+// A parameter replaced in the store after forward() (param_store::set, or a new tensor moved
+// into value()) freed the memory the forward read and backward would write: refuse.
+template <class T>
+void executor<T>::impl::check_params_unmoved() const {
+  for (int i = 0; i < n; ++i) {
+    const node_desc* d = plan.order[i];
+    if (d->op->role != node_role::param) continue;
+    const bool same = params->contains(d->name) && params->value(d->name).data() == val[i] &&
+                      params->grad(d->name).data() == grad[i] && params->value(d->name).dims() == dims[i];
+    if (!same)
+      throw error("backward: parameter " + quoted(d->name) +
+                  " was replaced in the store after forward() (its memory moved); call forward() again first");
+  }
 }
 
 template <class T>
 void executor<T>::impl::backward(std::span<const tensor<T>> cot) {
   if (opts.inference) throw error("backward: this executor was made for inference (exec_options::inference)");
+  if (forward_failed)
+    throw error("backward: the last forward() failed inside a kernel, so its values are incomplete; call forward() "
+                "again first");
   if (!forwarded) throw error("backward: call forward() first");
+  check_params_unmoved();
   if (values_spent && !opts.keep_all)
     throw error("backward: call forward() again first (the memory plan reuses the forward's values during "
                 "backward; exec_options::keep_all keeps them)");
@@ -146,6 +172,7 @@ void executor<T>::impl::backward(std::span<const tensor<T>> cot) {
       for (int x : sched.leaf_grads_final[i]) gradient_final(x);
   };
   values_spent = true;
+  backwarded = false;
   detail::run_dag(*arena, sched.backward, compute);
   backwarded = true;
 }
@@ -164,14 +191,16 @@ executor<T>& executor<T>::operator=(executor&&) noexcept = default;
 
 template <class T>
 void executor<T>::forward(std::span<const feed> feeds) {
+  busy_guard busy(p_->in_use, "forward()");
   p_->bind(feeds);
   p_->forward();
 }
 
 template <class T>
 void executor<T>::backward() {
+  busy_guard busy(p_->in_use, "backward()");
   if (p_->opts.inference) throw error("backward: this executor was made for inference (exec_options::inference)");
-  if (!p_->forwarded) throw error("backward: call forward() first");
+  if (p_->forward_failed || !p_->forwarded) return p_->backward({});  // refused there, with the reason
   const auto& roots = p_->plan.roots;
   std::vector<tensor<T>> cot;
   for (std::size_t r = 0; r < roots.size(); ++r) cot.emplace_back(p_->dims[roots[r]]);
@@ -184,11 +213,13 @@ void executor<T>::backward() {
 
 template <class T>
 void executor<T>::backward(std::span<const tensor<T>> cotangents) {
+  busy_guard busy(p_->in_use, "backward()");
   p_->backward(cotangents);
 }
 
 template <class T>
 void executor<T>::keep_at(int i) {
+  busy_guard busy(p_->in_use, "keep()");
   if (i < 0 || i >= p_->n) throw error("executor: keep: node " + std::to_string(i) + " is not in this graph");
   keep_original_at(p_->rewritten->to_original[i]);
 }
@@ -223,8 +254,15 @@ void executor<T>::on_gradient_final(std::function<void(int node)> callback) {
 
 template <class T>
 void executor<T>::set_threads(int threads) {
+  busy_guard busy(p_->in_use, "set_threads()");
+  const int before = p_->opts.threads;
   p_->opts.threads = threads;
-  p_->make_arena();
+  try {
+    p_->make_arena();
+  } catch (...) {
+    p_->opts.threads = before;
+    throw;
+  }
 }
 template <class T>
 int executor<T>::threads() const {
@@ -232,6 +270,7 @@ int executor<T>::threads() const {
 }
 template <class T>
 void executor<T>::set_training(bool training) {
+  busy_guard busy(p_->in_use, "set_training()");
   p_->opts.training = training;
 }
 template <class T>

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <array>
+#include <atomic>
 #include <cstdlib>
 #include <cstdint>
 #include <memory>
@@ -84,6 +85,17 @@ struct executor<T>::impl {
   std::int64_t mem_elems = 0;                   // allocated
   std::int64_t planned_elems = 0;               // needed by the last bind's placement
 
+  // ---- misuse (executor.cpp) ----
+  std::atomic<bool> in_use{false};  // a call is running: a second one at once (another thread) is refused
+  bool forward_failed = false;      // the last forward() threw inside a kernel: its values are partial
+  void check_params_unmoved() const;  // backward(): the store still holds the forward's parameters
+  void check_readable() const {       // values may be read: a forward() completed, none is running
+    if (in_use.load(std::memory_order_acquire))
+      throw error("executor: a value read while a call on the executor is running (from another thread?)");
+    if (forward_failed) throw error("executor: no value: the last forward() failed inside a kernel");
+    if (!forwarded) throw error("executor: no value before forward()");
+  }
+
   impl(plan_view p, param_store<T>& ps, exec_options o);
   void adopt_plan();
   void make_arena();
@@ -103,6 +115,24 @@ struct executor<T>::impl {
 
   void forward();
   void backward(std::span<const tensor<T>> cotangents);
+};
+
+/// Marks an executor busy for the length of one call. Executors are not thread-safe: a call
+/// made while another is running (from another thread) throws instead of racing.
+class busy_guard {
+ public:
+  busy_guard(std::atomic<bool>& flag, std::string_view call) : flag_(flag) {
+    if (flag_.exchange(true, std::memory_order_acquire))
+      throw error("executor: " + std::string(call) +
+                  " called while another call on the same executor is running (from another thread?): an "
+                  "executor is not thread-safe; give each thread its own executor");
+  }
+  busy_guard(const busy_guard&) = delete;
+  busy_guard& operator=(const busy_guard&) = delete;
+  ~busy_guard() { flag_.store(false, std::memory_order_release); }
+
+ private:
+  std::atomic<bool>& flag_;
 };
 
 }  // namespace loom

@@ -10,7 +10,7 @@ namespace loom {
 
 template <class T>
 tensor_view<const T> executor<T>::value_at(int i) const {
-  if (!p_->forwarded) throw error("executor: no value before forward()");
+  p_->check_readable();
   if (p_->plan.order[i]->elem != dtype::real)
     throw error("executor: " + p_->plan.describe(i) + " is not real-valued");
   if (!p_->buffers.value_kept[i])
@@ -26,7 +26,9 @@ tensor_view<const T> executor<T>::value_at(int i) const {
 
 template <class T>
 tensor_view<const T> executor<T>::grad_at(int i) const {
-  if (!p_->backwarded) throw error("executor: no gradient before backward()");
+  if (p_->in_use.load(std::memory_order_acquire))
+    throw error("executor: a gradient read while a call on the executor is running (from another thread?)");
+  if (!p_->backwarded) throw error("executor: no gradient before backward() (or the last backward() failed)");
   if (!p_->grad[i])
     throw error("executor: no gradient flows to " + p_->plan.describe(i) +
                 (p_->plan.order[i]->op->role == node_role::input ? " (set exec_options::input_grads)" : ""));
@@ -63,7 +65,7 @@ tensor_view<const T> executor<T>::output(std::string_view name) const {
 template <class T>
 strided_view<const T> executor<T>::output_storage(std::string_view name) const {
   const int i = named_index(name);
-  if (!p_->forwarded) throw error("executor: no value before forward()");
+  p_->check_readable();
   if (p_->plan.order[i]->elem != dtype::real) throw error("executor: " + p_->plan.describe(i) + " is not real-valued");
   const dims_t& d = p_->dims[i];
   const std::int64_t stride = p_->val_stride[i] ? p_->val_stride[i] : (d.rank >= 2 ? d[-2] * d[-1] : d.size());

@@ -114,6 +114,10 @@ std::map<std::string, std::string> load_checkpoint(const std::string& path, para
                             " in the file, expected F32 or F64");
       continue;
     }
+    if (const std::int64_t bad = first_non_finite(stored); bad >= 0 && !options.allow_non_finite) {
+      differences.push_back(non_finite_text(name, stored, bad) + " (load with allow_non_finite = true to accept it)");
+      continue;
+    }
     try {
       state.buffers[rest.substr(0, dot)][rest.substr(dot + 1)] = to_tensor<T>(stored);
     } catch (const shape_error& e) {

@@ -112,7 +112,9 @@ plan make_plan(family f, const tensor_file& file, const param_store<T>& params, 
   }
   for (const auto& [module, qkv] : separate) {
     const std::string packed = module + "in_proj_weight";
-    auto torch_name = [&](int i) { return in_quotes(tp + module + std::string(separate_names[i])); };
+    // (the lambda captures a copy of the name: clang 14, which builds the fuzz target, cannot
+    // capture a structured binding)
+    auto torch_name = [&, prefix = tp + module](int i) { return in_quotes(prefix + std::string(separate_names[i])); };
     if (p.sources.contains(packed)) {
       p.differences.push_back(in_quotes(tp + packed) + " and " + torch_name(0) +
                               ": the file has both the packed and the separate projections of one module");
@@ -197,6 +199,9 @@ plan make_plan(family f, const tensor_file& file, const param_store<T>& params, 
     if (!std::equal(s.shape.begin(), s.shape.end(), value.shape().begin(), value.shape().end()))
       p.differences.push_back(in_quotes(it->second.torch_name) + ": shape " + s.shape_str() + " in the file, " +
                               value.dims().str() + " in the store (loom parameter " + in_quotes(lp + relative) + ")");
+    else if (const std::int64_t bad = first_non_finite(s); bad >= 0 && !options.allow_non_finite)
+      p.differences.push_back(non_finite_text(it->second.torch_name, s, bad) +
+                              " (load with allow_non_finite = true to accept it)");
   }
   if (options.strict)
     for (const auto& [relative, src] : p.sources) {

@@ -4,14 +4,27 @@
 #include <chrono>
 #include <cmath>
 #include <numeric>
+#include <string>
 
 #include "loom/core/errors.hpp"
 #include "loom/core/random.hpp"
 
 namespace loom::nn {
 
+namespace {
+// Sampling settings out of their domain are errors: NaN is not "greedy", −1 is not "all".
+void check_sampling(double temperature, int top_k, const char* who) {
+  if (!(temperature >= 0) || !std::isfinite(temperature))
+    throw value_error(std::string(who) + ": temperature must be a finite number >= 0 (0: greedy), got " +
+                      std::to_string(temperature));
+  if (top_k < 0) throw value_error(std::string(who) + ": top_k must be >= 0 (0: all tokens), got " + std::to_string(top_k));
+}
+}  // namespace
+
 template <class T>
 int pick_token(std::span<const T> logits, double temperature, int top_k, double draw) {
+  check_sampling(temperature, top_k, "pick_token");
+  if (!(draw >= 0 && draw < 1)) throw value_error("pick_token: draw must be in [0, 1), got " + std::to_string(draw));
   const int v = static_cast<int>(logits.size());
   if (v == 0) throw value_error("generate: empty logits");
   if (temperature <= 0) return static_cast<int>(std::max_element(logits.begin(), logits.end()) - logits.begin());
@@ -44,6 +57,9 @@ template <class T>
 generate_result generate(executor<T>& step, kv_cache<T>& cache, const std::vector<std::vector<int>>& prompts,
                          const generate_options& o, std::span<const feed> extra,
                          const std::function<void(std::size_t, int)>& on_token) {
+  check_sampling(o.temperature, o.top_k, "generate");
+  if (o.max_new_tokens < 0)
+    throw value_error("generate: max_new_tokens must be >= 0, got " + std::to_string(o.max_new_tokens));
   const std::int64_t batch = static_cast<std::int64_t>(prompts.size());
   if (batch != cache.batch())
     throw shape_error("generate: " + std::to_string(batch) + " prompts for a cache of batch " +

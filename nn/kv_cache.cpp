@@ -131,6 +131,7 @@ template <class T>
 tensor<T> kv_cache<T>::state(std::string_view name) const {
   const block& b = find(name);
   tensor<T> r(dims_t{batch_, b.heads, length_, b.head_dim});
+  if (length_ == 0) return r;  // no rows: r.data() may be null, which memcpy may not take
   const std::int64_t row = b.head_dim;
   for (std::int64_t m = 0; m < batch_ * b.heads; ++m)
     std::memcpy(r.data() + m * length_ * row, b.storage.data() + m * capacity_ * row,

@@ -9,6 +9,11 @@
 
 #include <cblas.h>
 
+#include <limits>
+#include <string>
+
+#include "loom/core/errors.hpp"
+
 namespace loom::ops {
 namespace {
 
@@ -51,6 +56,12 @@ void gemm(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64
           std::int64_t lda, const T* b, std::int64_t ldb, T beta, T* c, std::int64_t ldc) {
   (void)one_thread_per_call;
   if (m == 0 || n == 0) return;
+  // BLAS takes int sizes: refuse what would wrap (the executor's row chunks keep m small)
+  constexpr std::int64_t int_max = std::numeric_limits<int>::max();
+  if (m > int_max || n > int_max || k > int_max || lda > int_max || ldb > int_max || ldc > int_max)
+    throw shape_error("matmul: a product of [" + std::to_string(m) + ", " + std::to_string(k) + "] by [" +
+                      std::to_string(k) + ", " + std::to_string(n) + "] has a dim or row length beyond BLAS's " +
+                      "limit of 2^31 - 1");
   if (k == 0) {
     scale_c(m, n, beta, c, ldc);
     return;

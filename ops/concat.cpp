@@ -27,6 +27,7 @@ void concat_kernel<T>::forward(const op_args<T>& a) {
   for (std::size_t i = 0; i < a.in.size(); ++i) {
     const T* x = a.input(static_cast<int>(i));
     const std::int64_t chunk = a.in_dims[i].d[axis] * inner;
+    if (chunk == 0) continue;  // an empty input (its data may be null, which memcpy may not take)
     if (i == 0 && in_place) {
       offset += chunk;
       continue;
@@ -81,6 +82,7 @@ void slice_kernel<T>::forward(const op_args<T>& a) {
   const dims_t& xd = a.in_dims[0];
   const std::int64_t outer = xd.prod(0, axis), inner = xd.prod(axis + 1, xd.rank);
   const std::int64_t in_chunk = xd.d[axis] * inner, out_chunk = a.dattr[1] * inner;
+  if (out_chunk == 0) return;  // an empty slice: nothing to copy (and x may be null)
   const T* x = a.input(0) + a.dattr[0] * inner;
   for_chunks(outer, grain_for(out_chunk), [&](std::int64_t o0, std::int64_t o1) {
     for (std::int64_t o = o0; o < o1; ++o)

@@ -74,7 +74,7 @@ void causal(const op_args<T>& a, bool backward) {
 template <class T>
 void padding(const op_args<T>& a, bool backward) {
   const std::int64_t b = a.out_dims[0], s = a.out_dims[-1];
-  const std::int64_t rows_per_seq = b ? a.out_dims.size() / (b * s) : 0;
+  const std::int64_t rows_per_seq = b && s ? a.out_dims.size() / (b * s) : 0;  // no keys: no rows either
   const std::int32_t* len = a.template input<std::int32_t>(1);
   const bool left = a.template attrs<mask_padding_attrs>().left;
   // a right-padding length beyond S is a mistake; a left-padding start beyond the keys of a

@@ -37,7 +37,9 @@ mm_dims dims_of(const op_args<T>& a) {
   d.n = d.tb ? db[-2] : db[-1];
   d.a_shared = da.rank == 2 && db.rank > 2;
   d.b_shared = db.rank == 2 && da.rank > 2;
-  d.batch = std::max(da.prod(0, da.rank - 2), db.prod(0, db.rank - 2));
+  // the batch of the operand that has one (both have the same when both do); never max(): a
+  // shared operand's 1 would turn an empty batch into one
+  d.batch = da.rank > 2 ? da.prod(0, da.rank - 2) : db.prod(0, db.rank - 2);
   d.lda = d.ta ? d.m : d.k;
   d.ldb = d.tb ? d.k : d.n;
   d.stride_a = d.a_shared ? 0 : d.m * d.k;

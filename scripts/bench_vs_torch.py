@@ -24,6 +24,7 @@ import resource
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 
 # ---------------------------------------------------------------- PyTorch threading settings
@@ -667,11 +668,23 @@ class Idle:
         return busy
 
 
+def prepare_out_dir(out_dir):
+    """Creates the output folder and proves it writable, before a run of many minutes (not after)."""
+    try:
+        os.makedirs(out_dir, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=out_dir, prefix=".bench_vs_torch-write-test-"):
+            pass
+    except OSError as e:
+        raise SystemExit(f"bench_vs_torch: cannot write to --out-dir {out_dir!r}: {e.strerror or e}")
+    return out_dir
+
+
 def drive(args):
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     binary = args.binary
     if not os.access(binary, os.X_OK):
         raise SystemExit(f"bench_vs_torch: no benchmark binary at {binary} (build the target bench_vs_torch)")
+    out_dir = prepare_out_dir(args.out_dir or os.path.dirname(os.path.dirname(binary)))
     loom_cases = subprocess.run([binary, "--list"], capture_output=True, text=True, check=True).stdout.split()
     if loom_cases != case_names():
         raise SystemExit(f"bench_vs_torch: the cases of {binary} ({loom_cases}) are not this script's ({case_names()})")
@@ -718,7 +731,6 @@ def drive(args):
             "blas": "pthread build, OPENBLAS_CORETYPE=" + os.environ.get("OPENBLAS_CORETYPE", "auto")}
     table = report(results, meta)
     print(table)
-    out_dir = args.out_dir or os.path.dirname(os.path.dirname(binary))
     with open(os.path.join(out_dir, "bench_vs_torch.md"), "w") as f:
         f.write(table)
     with open(os.path.join(out_dir, "bench_vs_torch.json"), "w") as f:

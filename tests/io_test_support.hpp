@@ -1,7 +1,10 @@
 // Helpers for the file tests: a scratch directory and raw file bytes.
 #pragma once
 
+#include <sys/resource.h>
 #include <unistd.h>
+
+#include <csignal>
 
 #include <algorithm>
 #include <atomic>
@@ -38,6 +41,29 @@ class scratch_dir {
 
  private:
   std::filesystem::path path_;
+};
+
+/// Within its scope, files this process writes may not grow past `bytes`: writes beyond fail
+/// with EFBIG, as on a full disk (SIGXFSZ is ignored meanwhile).
+class file_size_limit {
+ public:
+  explicit file_size_limit(rlim_t bytes) {
+    ::getrlimit(RLIMIT_FSIZE, &old_);
+    old_handler_ = std::signal(SIGXFSZ, SIG_IGN);
+    rlimit lowered = old_;
+    lowered.rlim_cur = bytes;
+    ::setrlimit(RLIMIT_FSIZE, &lowered);
+  }
+  file_size_limit(const file_size_limit&) = delete;
+  file_size_limit& operator=(const file_size_limit&) = delete;
+  ~file_size_limit() {
+    ::setrlimit(RLIMIT_FSIZE, &old_);
+    std::signal(SIGXFSZ, old_handler_);
+  }
+
+ private:
+  rlimit old_{};
+  void (*old_handler_)(int) = nullptr;
 };
 
 inline std::vector<char> read_bytes(const std::string& path) {

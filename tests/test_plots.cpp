@@ -242,3 +242,16 @@ TEST_CASE("a heat map throws shape_error for weights that are not 2-d or labels 
   CHECK_THROWS_WITH(write_heatmap_svg(dir.file("b.svg"), w, {"a", "b"}, {"x", "y"}, "t"),
                     Catch::Contains("[2, 3]") && Catch::Contains("3 column labels"));
 }
+
+TEST_CASE("a heat map and a loss plot are wide enough for their title in DejaVu Sans Bold 16 px, the widest font") {
+  // In DejaVu Sans Bold, 'W' advances 1.103 em (the font's hmtx table); a centred title wider
+  // than the picture would be cut on both sides.
+  scratch_dir dir("svg-title");
+  const std::string ws(60, 'W');
+  auto width_of = [](const std::string& svg) { return std::stod(svg.substr(svg.find("width=\"") + 7)); };
+  tensor<float> w({1, 2});
+  write_heatmap_svg(dir.file("w.svg"), w, {"a"}, {"1", "2"}, ws);
+  CHECK(width_of(read_text(dir.file("w.svg"))) >= 60 * 1.103 * 16);
+  write_loss_curve_svg(dir.file("l.svg"), {{1, 1.0}, {2, 0.5}}, {}, ws);
+  CHECK(width_of(read_text(dir.file("l.svg"))) >= 60 * 1.103 * 16);
+}

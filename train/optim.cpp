@@ -7,6 +7,7 @@
 
 #include <charconv>
 #include <cmath>
+#include <limits>
 #include <numbers>
 #include <set>
 
@@ -51,6 +52,9 @@ void optimizer<T>::step() {
                           it->second.dims().str() + ", the parameter " + e.value.dims().str());
     }
   }
+  if (state_.step == std::numeric_limits<std::int64_t>::max())
+    throw value_error(std::string(name()) + ": the step count " + std::to_string(state_.step) +
+                      " cannot grow any further");
   if (schedule_) set_lr(schedule_(state_.step + 1));
   ++state_.step;
   update();
@@ -76,6 +80,8 @@ template <class T>
 std::vector<std::string> optimizer<T>::state_differences(const optimizer_state<T>& state) const {
   std::vector<std::string> problems;
   if (state.step < 0) problems.push_back("step count " + std::to_string(state.step) + " is negative");
+  if (state.step == std::numeric_limits<std::int64_t>::max())
+    problems.push_back("step count " + std::to_string(state.step) + " leaves no room for another step");
   const auto kinds = buffer_kinds();
   const std::set<std::string> known(kinds.begin(), kinds.end());
   for (const auto& [kind, by_param] : state.buffers) {
@@ -252,12 +258,17 @@ adamw<T>::adamw(param_store<T>& params, adamw_options o)
 // ---- clipping ----
 
 template <class T>
-double clip_grad_norm(param_store<T>& params, double max_norm) {
-  require(max_norm >= 0, "clip_grad_norm: max_norm must be >= 0, got " + number(max_norm));
+double grad_norm(const param_store<T>& params) {
   double sum_sq = 0;
   for (const auto& [name, e] : params)
     for (T g : e.grad.values()) sum_sq += static_cast<double>(g) * static_cast<double>(g);
-  const double total_norm = std::sqrt(sum_sq);
+  return std::sqrt(sum_sq);
+}
+
+template <class T>
+double clip_grad_norm(param_store<T>& params, double max_norm) {
+  require(max_norm >= 0, "clip_grad_norm: max_norm must be >= 0, got " + number(max_norm));
+  const double total_norm = grad_norm(params);
   const double coef = max_norm / (total_norm + 1e-6);
   if (coef < 1) {
     const T scale = static_cast<T>(coef);
@@ -295,12 +306,13 @@ double warmup_cosine::operator()(std::int64_t step) const {
   return min_lr + (peak_lr - min_lr) * 0.5 * (1 + std::cos(std::numbers::pi * progress));
 }
 
-#define LOOM_OPTIM_INSTANTIATE(T) \
-  template class optimizer<T>;    \
-  template class sgd<T>;          \
-  template class adam<T>;         \
-  template class adamw<T>;        \
-  template double clip_grad_norm(param_store<T>&, double);
+#define LOOM_OPTIM_INSTANTIATE(T)                          \
+  template class optimizer<T>;                             \
+  template class sgd<T>;                                   \
+  template class adam<T>;                                  \
+  template class adamw<T>;                                 \
+  template double clip_grad_norm(param_store<T>&, double); \
+  template double grad_norm(const param_store<T>&);
 LOOM_OPTIM_INSTANTIATE(float)
 LOOM_OPTIM_INSTANTIATE(double)
 #undef LOOM_OPTIM_INSTANTIATE

@@ -4,9 +4,10 @@
 #include <array>
 #include <cmath>
 #include <cstdio>
-#include <fstream>
 #include <limits>
+#include <string_view>
 
+#include "../io/atomic_file.hpp"
 #include "loom/core/errors.hpp"
 #include "loom/train/progress.hpp"
 
@@ -60,12 +61,35 @@ std::string tick_label(double v) {
   return buf;
 }
 
+// Whole or not at all: a plot being rewritten while its job is killed stays the old plot.
 void write_file(const std::string& path, const std::string& content, const char* fn) {
-  std::ofstream out(path, std::ios::out | std::ios::trunc | std::ios::binary);
-  if (!out) throw io_error(std::string(fn) + ": cannot open \"" + path + "\" for writing");
-  out << content;
-  out.flush();
-  if (!out) throw io_error(std::string(fn) + ": cannot write \"" + path + "\"");
+  detail::write_file_atomically(path, content, fn);
+}
+
+// Advance widths of ASCII 32..126 in DejaVu Sans and DejaVu Sans Bold (the first font the
+// plots ask for, and the widest of them), in thousandths of an em, read from the fonts' hmtx
+// tables. Other bytes count as 1 em per character (UTF-8 continuation bytes as nothing).
+constexpr short dejavu_regular[95] = {
+    318, 401, 460, 838, 636, 950, 780, 275, 390, 390, 500, 838, 318, 361, 318, 337, 636, 636, 636, 636,
+    636, 636, 636, 636, 636, 636, 337, 337, 838, 838, 838, 531, 1000, 684, 686, 698, 770, 632, 575, 775,
+    752, 295, 295, 656, 557, 863, 748, 787, 603, 787, 695, 635, 611, 732, 684, 989, 685, 611, 685, 390,
+    337, 390, 838, 500, 500, 613, 635, 550, 635, 615, 352, 635, 634, 278, 278, 579, 278, 974, 634, 612,
+    635, 635, 411, 521, 392, 634, 592, 818, 592, 592, 525, 636, 337, 636, 838};
+constexpr short dejavu_bold[95] = {
+    348, 456, 521, 838, 696, 1002, 872, 306, 457, 457, 523, 838, 380, 415, 380, 365, 696, 696, 696, 696,
+    696, 696, 696, 696, 696, 696, 400, 400, 838, 838, 838, 580, 1000, 774, 762, 734, 830, 683, 683, 821,
+    837, 372, 372, 775, 637, 995, 837, 850, 733, 850, 770, 720, 682, 812, 774, 1103, 771, 724, 725, 457,
+    365, 457, 838, 500, 500, 675, 716, 593, 716, 678, 435, 716, 712, 343, 343, 665, 343, 1042, 712, 687,
+    716, 716, 493, 595, 478, 712, 652, 924, 645, 652, 582, 712, 365, 712, 838};
+
+// Width in pixels of a text in the plots' font at `size` pixels.
+double text_width(std::string_view s, double size, bool bold = false) {
+  double em = 0;
+  for (unsigned char ch : s) {
+    if (ch >= 32 && ch < 127) em += (bold ? dejavu_bold : dejavu_regular)[ch - 32] / 1000.0;
+    else if ((ch & 0xC0) != 0x80) em += 1.0;
+  }
+  return em * size;
 }
 
 std::string svg_open(int width, int height) {
@@ -159,7 +183,9 @@ void write_loss_curve_svg(const std::string& path, const std::vector<std::pair<d
       x_lo = std::min(x_lo, x), x_hi = std::max(x_hi, x), y_lo = std::min(y_lo, y), y_hi = std::max(y_hi, y);
   if (!std::isfinite(x_lo)) x_lo = 0, x_hi = 1, y_lo = options.log_y ? 0.1 : 0, y_hi = 1;  // no data: empty axes
 
-  const int W = std::max(options.width, 200), H = std::max(options.height, 150);
+  const int W = static_cast<int>(std::ceil(std::max({static_cast<double>(options.width), 200.0,
+                                                      24 + text_width(title, 16, true) + 24}))),
+            H = std::max(options.height, 150);
   const double left = 72, right = W - 24.0, top = 44, bottom = H - 56.0;  // the plot area
   const axis xa = linear_axis(x_lo, x_hi, 6);
   const axis ya = options.log_y ? log_axis(y_lo, y_hi) : linear_axis(y_lo, y_hi, 5);
@@ -252,10 +278,8 @@ std::string colour(double t) {
   return buf;
 }
 
-// Rough width of a label in the 12 px font.
-double label_width(const std::string& s) {
-  return 7.2 * static_cast<double>(s.size());
-}
+// Width of a label in the 12 px font.
+double label_width(const std::string& s) { return text_width(s, 12); }
 
 }  // namespace
 
@@ -280,8 +304,8 @@ void write_heatmap_svg(const std::string& path, const tensor<float>& weights,
   const double gy = 40 + 20 + (upright_cols ? 16 : col_h + 8);
   const double gw = cell * static_cast<double>(cols), gh = cell * static_cast<double>(rows);
   const double bar_x = gx + gw + 24, bar_h = std::max(gh, 120.0);
-  const int W =
-      static_cast<int>(std::ceil(std::max(bar_x + 14 + 44, 24 + 7.8 * static_cast<double>(title.size()) + 24)));
+  // wide enough for the title (centred: too narrow, it would be cut on both sides)
+  const int W = static_cast<int>(std::ceil(std::max(bar_x + 14 + 44, 24 + text_width(title, 16, true) + 24)));
   const int H = static_cast<int>(std::ceil(gy + std::max(gh, bar_h) + 16));
 
   std::string svg = svg_open(W, H);

@@ -7,7 +7,10 @@
 #include <charconv>
 #include <chrono>
 #include <cmath>
+#include <iterator>
+#include <limits>
 
+#include "../io/atomic_file.hpp"
 #include "loom/core/errors.hpp"
 
 namespace loom {
@@ -115,16 +118,69 @@ void progress_line::finish() {
 }
 
 csv_log::csv_log(const std::string& path, std::vector<std::string> columns)
+    : csv_log(path, std::move(columns), append_tag{}) {
+  out_.close();
+  out_.open(path, std::ios::out | std::ios::trunc);
+  if (!out_) throw io_error("csv_log: cannot open \"" + path + "\" for writing");
+  out_ << header() << std::flush;
+  if (!out_) throw io_error("csv_log: cannot write the header to \"" + path + "\"");
+}
+
+csv_log::csv_log(const std::string& path, std::vector<std::string> columns, append_tag)
     : path_(path), columns_(std::move(columns)) {
   if (columns_.empty()) throw value_error("csv_log \"" + path + "\": no columns given");
   for (const auto& c : columns_)
     if (c.find_first_of(",\"\r\n") != std::string::npos)
       throw value_error("csv_log \"" + path + "\": column name \"" + c + "\" holds a comma, quote or newline");
-  out_.open(path, std::ios::out | std::ios::trunc);
+  out_.open(path, std::ios::out | std::ios::app);
   if (!out_) throw io_error("csv_log: cannot open \"" + path + "\" for writing");
-  for (std::size_t i = 0; i < columns_.size(); ++i) out_ << (i ? "," : "") << columns_[i];
-  out_ << '\n' << std::flush;
-  if (!out_) throw io_error("csv_log: cannot write the header to \"" + path + "\"");
+}
+
+std::string csv_log::header() const {
+  std::string h;
+  for (std::size_t i = 0; i < columns_.size(); ++i) h += (i ? "," : "") + columns_[i];
+  return h + '\n';
+}
+
+csv_log csv_log::resume(const std::string& path, std::vector<std::string> columns, double last_step,
+                        std::vector<std::vector<double>>* kept) {
+  if (kept) kept->clear();
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return csv_log(path, std::move(columns));
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::string header_line;
+  for (std::size_t i = 0; i < columns.size(); ++i) header_line += (i ? "," : "") + columns[i];
+  const std::string where = "csv_log: resuming \"" + path + "\": ";
+  if (text.compare(0, header_line.size() + 1, header_line + '\n') != 0)
+    throw io_error(where + "its first line is not the header \"" + header_line + "\"");
+  std::string keep = header_line + '\n';
+  std::size_t pos = header_line.size() + 1, line_number = 1;
+  for (std::size_t end; (end = text.find('\n', pos)) != std::string::npos; pos = end + 1) {
+    ++line_number;
+    const std::string_view line(text.data() + pos, end - pos);
+    std::vector<double> values;
+    std::size_t cell = 0;
+    for (std::size_t comma; cell <= line.size(); cell = comma + 1) {
+      comma = std::min(line.find(',', cell), line.size());
+      const std::string_view v = line.substr(cell, comma - cell);
+      double x = std::numeric_limits<double>::quiet_NaN();
+      if (!v.empty()) {
+        auto [stop, ec] = std::from_chars(v.data(), v.data() + v.size(), x);
+        if (ec != std::errc() || stop != v.data() + v.size())
+          throw io_error(where + "line " + std::to_string(line_number) + " holds \"" + std::string(v) +
+                         "\", not a number");
+      }
+      values.push_back(x);
+    }
+    if (values.size() != columns.size())
+      throw io_error(where + "line " + std::to_string(line_number) + " has " + std::to_string(values.size()) +
+                     " cells for " + std::to_string(columns.size()) + " columns");
+    if (!(values[0] <= last_step)) break;  // written after the checkpoint the run resumes from
+    keep.append(line.data(), line.size()).push_back('\n');
+    if (kept) kept->push_back(std::move(values));
+  }
+  detail::write_file_atomically(path, keep, "csv_log");
+  return csv_log(path, std::move(columns), append_tag{});
 }
 
 void csv_log::row(std::span<const double> values) {
@@ -144,7 +200,9 @@ void csv_log::row(std::span<const double> values) {
                            : std::to_chars(buf, buf + sizeof buf, v, std::chars_format::general);
     line.append(buf, end);
   }
-  out_ << line << '\n' << std::flush;
+  line += '\n';
+  out_.write(line.data(), static_cast<std::streamsize>(line.size()));  // one write(2) at the flush
+  out_.flush();
   if (!out_) throw io_error("csv_log: cannot write a row to \"" + path_ + "\"");
 }
 

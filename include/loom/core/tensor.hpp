@@ -27,17 +27,17 @@ struct dims_t {
   }
   dims_t(std::initializer_list<std::int64_t> s) : dims_t(std::span<const std::int64_t>(s.begin(), s.size())) {}
 
-  std::int64_t size() const {
-    std::int64_t n = 1;
-    for (int i = 0; i < rank; ++i) n *= d[i];
-    return n;
-  }
+  /// Number of elements. Throws shape_error if a dim is negative or the product overflows
+  /// int64 (T = 2^32 in [T, T], say), never wrapping.
+  std::int64_t size() const { return prod(0, rank); }
   /// Size of axis i; negative i counts from the end.
   std::int64_t operator[](int i) const { return d[i < 0 ? rank + i : i]; }
-  /// Product of the sizes of axes [from, to).
+  /// Product of the sizes of axes [from, to); throws shape_error as size() does.
   std::int64_t prod(int from, int to) const {
     std::int64_t n = 1;
-    for (int i = from; i < to; ++i) n *= d[i];
+    bool bad = false;
+    for (int i = from; i < to; ++i) bad = bad || d[i] < 0 || __builtin_mul_overflow(n, d[i], &n);
+    if (bad) throw shape_error("tensor: shape " + str() + " has a negative dim or more than 2^63 elements");
     return n;
   }
   std::span<const std::int64_t> span() const { return {d.data(), static_cast<std::size_t>(rank)}; }

@@ -30,9 +30,12 @@ struct strided_view {
   std::int64_t mat_stride = 0;
 };
 
+/// The largest thread count an executor accepts (exec_options::threads, set_threads).
+inline constexpr int max_threads = 1024;
+
 /// Settings of an executor.
 struct exec_options {
-  int threads = 0;           // worker threads; 0 means all cores
+  int threads = 0;           // worker threads; 0 means all cores (at most max_threads)
   bool input_grads = false;  // also compute gradients of real-valued inputs (input_grad())
   bool training = true;      // dropout is active only in training
   bool inference = false;    // forward only: no gradient buffers, no dropout; backward() throws
@@ -52,7 +55,9 @@ struct exec_options {
 /// bytes. Outputs, parameters' gradients and kept nodes (keep()) stay readable. The arena is
 /// allocated on the first forward() and reused while the bound dims fit. Independent nodes run
 /// concurrently; results do not depend on the thread count (bit-identical for 1, 2 or N).
-/// Not thread-safe: one executor is used by one thread at a time.
+/// Not thread-safe: one executor is used by one thread at a time. A call made while another
+/// is running on the same executor (forward, backward, keep, set_threads, set_training; reads
+/// of values and gradients) throws error instead of racing.
 template <class T>
 class executor {
  public:
@@ -65,13 +70,18 @@ class executor {
 
   /// Binds the inputs (by name), checks every shape, and computes every node.
   /// Throws missing_error (an input or parameter absent), shape_error (rank, fixed dim or a
-  /// symbol's two bindings disagree), value_error (e.g. a token id out of range). Nothing is
-  /// computed when binding fails.
+  /// symbol's two bindings disagree, or the bound dims would make a buffer of more than 2^57
+  /// elements), value_error (e.g. a token id out of range). Nothing is computed, and the last
+  /// forward's values stay readable, when binding fails; when a kernel throws (a value only
+  /// the data shows, such as a token id), the values are partial: output() and backward()
+  /// refuse until the next forward() completes.
   void forward(std::span<const feed> feeds);
   void forward(std::initializer_list<feed> feeds) { forward(std::span<const feed>(feeds.begin(), feeds.size())); }
 
   /// Reverse pass from output 0, which must hold one element (a loss). Gradients of all
-  /// parameters the graph uses are overwritten in the store (not accumulated).
+  /// parameters the graph uses are overwritten in the store (not accumulated). Throws error
+  /// without running after a forward() that failed, and when a parameter was replaced in the
+  /// store since forward() (its memory moved: call forward() again).
   void backward();
   /// Reverse pass from the given cotangents, one per output, shaped like the outputs.
   void backward(std::span<const tensor<T>> cotangents);
@@ -122,6 +132,7 @@ class executor {
   /// The value the last forward() bound to a dynamic dim.
   std::int64_t bound(std::string_view symbol) const;
 
+  /// Throws value_error unless 0 ≤ threads ≤ max_threads (the old count is kept then).
   void set_threads(int threads);
   int threads() const;
   void set_training(bool training);

@@ -30,7 +30,9 @@ void save_checkpoint(const std::string& path, const param_store<T>& params, cons
 /// Loads a checkpoint into the parameters (already set: names and shapes) and the optimizer
 /// (of the same kind, bound to `params`), and returns the caller's metadata. Checks everything
 /// first; throws io_error for a malformed file and load_mismatch_error listing every difference
-/// (missing or extra tensors, shapes, dtypes, optimizer kind or state); on error nothing changes.
+/// (missing or extra tensors, shapes, dtypes, NaN or infinity unless options.allow_non_finite,
+/// optimizer kind or state, a step count that leaves no room for another step); on error
+/// nothing changes.
 template <class T>
 std::map<std::string, std::string> load_checkpoint(const std::string& path, param_store<T>& params, optimizer<T>& opt,
                                                    load_options options = {});

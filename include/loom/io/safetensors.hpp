@@ -75,11 +75,32 @@ struct tensor_bytes_view {
   std::span<const std::byte> bytes;
 };
 
+/// Limits read_safetensors applies to files from untrusted sources (docs/reliability.md).
+/// The header is at most 100 MB, as PyTorch's safetensors reader allows.
+inline constexpr std::uint64_t max_header_bytes = 100'000'000;
+/// At most this many tensors in one file.
+inline constexpr std::size_t max_stored_tensors = 1'000'000;
+/// At most this many dims in one shape (numpy's limit is 32 or 64).
+inline constexpr std::size_t max_stored_rank = 64;
+/// At most this many metadata entries (each costs ~100 bytes of memory for as few as 7 bytes of
+/// header: the limit keeps a header of tiny entries from growing 14-fold in memory).
+inline constexpr std::size_t max_metadata_entries = 100'000;
+
 /// Reads and validates a whole safetensors file. Throws io_error naming the file and the fault:
-/// unreadable or short file, header length past the end, header not a JSON object, unknown
-/// dtype, a shape whose size differs from its offsets, offsets out of range, overlapping or
-/// leaving gaps, duplicate names. Never reads out of bounds, whatever the bytes.
+/// unreadable or short file, header length past the end or above max_header_bytes, header not
+/// a JSON object of the format's shape (a flat object of flat objects; nothing nests deeper),
+/// unknown field or dtype, a name given twice, more than max_stored_tensors tensors,
+/// max_stored_rank dims or max_metadata_entries metadata entries, a shape whose size differs from its offsets, offsets out of range,
+/// overlapping or leaving gaps. The header is parsed in one pass without being held whole;
+/// memory stays within a small multiple of the file's size, and tensor bytes are allocated only
+/// after every check passed. Never reads out of bounds, whatever the bytes.
 tensor_file read_safetensors(const std::string& path);
+
+/// The index of the first NaN or infinite value of an F32 or F64 tensor; -1 if there is none
+/// (always for other dtypes). Throws shape_error if the byte count does not fit the shape.
+std::int64_t first_non_finite(const stored_tensor& s);
+/// `"w" holds NaN at element 3`: a difference line for a tensor that is not finite.
+std::string non_finite_text(std::string_view name, const stored_tensor& s, std::int64_t index);
 
 /// Writes tensors (in name order) and metadata atomically: to `path + ".tmp"` in the same
 /// directory, fsync, then rename over `path`. On a write failure the temporary file is removed,
@@ -101,6 +122,8 @@ void save_safetensors(const std::string& path, const param_store<T>& params,
 struct load_options {
   /// Tensors in the file that the store does not have are an error (else they are ignored).
   bool strict = true;
+  /// Float tensors holding NaN or infinity load (else each is a difference).
+  bool allow_non_finite = false;
 };
 
 /// Every difference between a file and a store, listed in one message; thrown by the loaders.
@@ -112,8 +135,8 @@ struct load_mismatch_error : io_error {
 };
 
 /// The differences between a file and a store, one line each (empty if it would load): every
-/// parameter must be in the file with the same shape and dtype F32 or F64; with options.strict,
-/// tensors not in the store are differences too. `skip_prefix` marks file tensors to ignore.
+/// parameter must be in the file with the same shape and dtype F32 or F64, and finite unless
+/// options.allow_non_finite; with options.strict, tensors not in the store are differences too. `skip_prefix` marks file tensors to ignore.
 template <class T>
 std::vector<std::string> param_differences(const tensor_file& file, const param_store<T>& params,
                                            load_options options = {}, std::string_view skip_prefix = {});
@@ -127,8 +150,8 @@ void assign_params(const tensor_file& file, param_store<T>& params, load_options
 
 /// Loads a safetensors file into a store whose parameters are already set (names and shapes).
 /// Throws io_error for an unreadable or malformed file and load_mismatch_error listing every
-/// difference (missing tensor, wrong shape, non-float dtype, extra tensor when strict); on any
-/// error the store is unchanged.
+/// difference (missing tensor, wrong shape, non-float dtype, NaN or infinity unless allowed,
+/// extra tensor when strict); on any error the store is unchanged.
 template <class T>
 void load_safetensors(const std::string& path, param_store<T>& params, load_options options = {});
 

@@ -60,6 +60,8 @@ struct import_options {
   /// A module whose file holds no bias tensor at all (bias=False) loads with zero biases;
   /// if false, every absent bias is a difference.
   bool zero_absent_biases = true;
+  /// Float tensors holding NaN or infinity load (else each is a difference).
+  bool allow_non_finite = false;
 };
 
 /// How loom parameters are written under PyTorch's names.

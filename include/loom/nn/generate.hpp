@@ -40,14 +40,16 @@ struct generate_result {
 /// [B, T], first [B] (see generate_options), the cache's inputs and `extra` (e.g. the
 /// projected encoder memory), and whose output 0 is logits [B, T, V]. The cache is reset
 /// first. Calls on_token(sequence, token) as each token is chosen. Throws capacity_error when
-/// prompt + max_new_tokens exceeds the cache, value_error for an empty prompt.
+/// prompt + max_new_tokens exceeds the cache, value_error for an empty prompt, a temperature
+/// that is negative or not finite, a negative top_k or max_new_tokens.
 template <class T>
 generate_result generate(executor<T>& step, kv_cache<T>& cache, const std::vector<std::vector<int>>& prompts,
                          const generate_options& options, std::span<const feed> extra = {},
                          const std::function<void(std::size_t, int)>& on_token = {});
 
 /// Picks a token from logits [V]: arg max when temperature is 0, else a sample (see
-/// generate_options) drawn with `draw`, a uniform number in [0, 1).
+/// generate_options) drawn with `draw`, a uniform number in [0, 1). Throws value_error for
+/// settings out of their domain (as generate()) and a draw outside [0, 1).
 template <class T>
 int pick_token(std::span<const T> logits, double temperature, int top_k, double draw);
 

@@ -42,7 +42,7 @@ class optimizer {
 
   /// One update of every parameter from its gradient; first sets lr from the schedule, if any,
   /// at step steps() + 1. Throws shape_error (changing nothing) if a gradient's shape is not
-  /// its parameter's.
+  /// its parameter's, value_error if the step count is at its maximum (2^63 − 1).
   void step();
   /// Sets every gradient in the store to zero (PyTorch's zero_grad(set_to_none=False)).
   void zero_grad() { params_.zero_grad(); }
@@ -156,6 +156,11 @@ class adamw final : public adam<T> {
  public:
   adamw(param_store<T>& params, adamw_options options = {});
 };
+
+/// The total L2 norm of all gradients, as clip_grad_norm computes it, without changing them.
+/// Not finite when a gradient holds NaN or infinity.
+template <class T>
+double grad_norm(const param_store<T>& params);
 
 /// Scales all gradients together so that their total L2 norm is at most max_norm, as
 /// torch.nn.utils.clip_grad_norm_: coef = max_norm / (norm + 1e-6), applied if coef < 1.

@@ -70,14 +70,23 @@ class progress_line {
   bool finished_ = false;
 };
 
-/// A CSV file of metrics: a header of the given columns, then one row per call, flushed at once
-/// so that a crashed or running job leaves a readable file. NaN is written as an empty cell
-/// (e.g. valid_loss on steps without validation); numbers in shortest round-trip form.
+/// A CSV file of metrics: a header of the given columns, then one row per call, each written
+/// whole by one write(2) and flushed at once, so that a crashed or running job leaves a
+/// readable file. NaN is written as an empty cell (e.g. valid_loss on steps without
+/// validation); numbers in shortest round-trip form.
 class csv_log {
  public:
   /// Creates (truncates) the file and writes the header. Throws io_error if it cannot be
   /// written, value_error if there are no columns or a name holds ',', '"' or a newline.
   csv_log(const std::string& path, std::vector<std::string> columns);
+  /// Continues the log of a run resumed at `last_step`: keeps the header and the rows whose
+  /// first column is at most last_step (later rows, written after the checkpoint the run
+  /// resumes from, and a last line cut short by a crash are dropped), rewrites the file whole
+  /// (atomically) and appends to it. A missing file starts a new log. Stores the kept rows in
+  /// *kept (empty cells as NaN) when given. Throws io_error if the file's header is not
+  /// `columns` or a kept row is not numbers, one per column.
+  static csv_log resume(const std::string& path, std::vector<std::string> columns, double last_step,
+                        std::vector<std::vector<double>>* kept = nullptr);
   /// Appends one row; throws value_error unless there is one value per column, io_error if the
   /// write fails.
   void row(std::span<const double> values);
@@ -85,6 +94,9 @@ class csv_log {
   const std::vector<std::string>& columns() const { return columns_; }
 
  private:
+  struct append_tag {};
+  csv_log(const std::string& path, std::vector<std::string> columns, append_tag);
+  std::string header() const;
   std::string path_;
   std::vector<std::string> columns_;
   std::ofstream out_;

@@ -1,0 +1,219 @@
+// Misuse of the public API and edge cases found by probing: each is refused with a clear
+// error (or computed correctly), never undefined behaviour. The smallest reproducer of each.
+#include <catch2/catch.hpp>
+
+#include <atomic>
+#include <cmath>
+#include <limits>
+#include <thread>
+
+#include "../ops/blas.hpp"
+#include "loom/loom.hpp"
+#include "loom/nn/generate.hpp"
+#include "loom/nn/linear.hpp"
+#include "loom/nn/transformer.hpp"
+#include "test_support.hpp"
+
+using namespace loom;
+using test::message_of;
+
+namespace {
+constexpr nn::transformer_config lm{.d_model = 16, .heads = 2, .ffn = 32, .decoder_layers = 2, .tgt_vocab = 13};
+constexpr nn::transformer_config s2s{.d_model = 16, .heads = 2, .ffn = 32, .encoder_layers = 1, .decoder_layers = 1,
+                                     .src_vocab = 11, .tgt_vocab = 13};
+}  // namespace
+
+// ---- empty batches and empty sequences ----
+
+TEST_CASE("a batch of 0 through a linear layer gives an empty output and zero weight gradients") {
+  auto x = input<"x", shape<dyn<"B">, dyn<"T">, fix<4>>>();
+  auto g = make_graph(sum(nn::linear<"out", 3>(x)));
+  auto params = g.make_params<float>(1);
+  auto run = g.executor<float>(params);
+  tensor<float> empty(dims_t{0, 5, 4});
+  run.forward({{"x", empty}});
+  CHECK(run.output()[0] == 0.0f);  // a sum over nothing
+  run.backward();
+  for (const char* name : {"out.weight", "out.bias"})
+    for (float v : params.grad(name).values()) CHECK(v == 0.0f);  // the gradient of an empty sum
+}
+
+TEST_CASE("a batch of 0 through a language model gives logits of shape [0, T, V]") {
+  auto g = make_graph(nn::language_model<lm, nn::eval_mode>::logits());
+  auto params = g.make_params<float>(2);
+  auto run = g.executor<float>(params, {.inference = true});
+  tensor<std::int32_t> tokens(dims_t{0, 7});
+  run.forward({{"tokens", tokens}});
+  CHECK(run.output().dims == dims_t{0, 7, 13});
+}
+
+TEST_CASE("a batch of 0 through the encoder-decoder trains: loss 0, zero gradients") {
+  auto g = make_graph(nn::seq2seq<s2s, nn::train_mode>::loss<0, 0.1>());
+  auto params = g.make_params<float>(3);
+  auto run = g.executor<float>(params);
+  tensor<std::int32_t> src(dims_t{0, 6}), src_len(dims_t{0}), tgt(dims_t{0, 5}), target(dims_t{0, 5});
+  run.forward({{"src", src}, {"src_len", src_len}, {"tgt", tgt}, {"target", target}});
+  CHECK(run.output()[0] == 0.0f);  // cross-entropy over no tokens is defined as 0
+  run.backward();
+  for (const auto& [name, e] : params)
+    for (float v : e.grad.values()) REQUIRE(v == 0.0f);
+}
+
+TEST_CASE("a source of length 0 masks every key of a padding mask without dividing by zero") {
+  // scores [B, T, S] with S = 0: every row is empty, the output too
+  auto scores = input<"scores", shape<dyn<"B">, dyn<"T">, dyn<"S">>>();
+  auto len = input<"len", shape<dyn<"B">>, int>();
+  auto g = make_graph(sum(mask_padding(scores, len)));
+  param_store<double> p;
+  auto run = g.executor<double>(p, {.input_grads = true});
+  tensor<double> s(dims_t{2, 3, 0});
+  tensor<std::int32_t> l({2}, {0, 0});
+  run.forward({{"scores", s}, {"len", l}});
+  CHECK(run.output()[0] == 0.0);
+  run.backward();
+  CHECK(run.input_grad("scores").dims == dims_t{2, 3, 0});
+}
+
+// ---- sizes that overflow ----
+
+TEST_CASE("dims_t::size() refuses a product beyond int64 instead of wrapping") {
+  CHECK_THROWS_AS((dims_t{std::int64_t{1} << 32, std::int64_t{1} << 32}.size()), shape_error);
+  CHECK_THAT(message_of([] { (void)dims_t{std::int64_t{1} << 32, std::int64_t{1} << 32}.size(); }),
+             Catch::Contains("[4294967296, 4294967296]") && Catch::Contains("more than 2^63 elements"));
+  CHECK_THROWS_AS(tensor<float>(dims_t{std::int64_t{1} << 40, std::int64_t{1} << 40}), shape_error);
+  CHECK((dims_t{std::int64_t{1} << 31, 4}.size()) == (std::int64_t{1} << 33));
+}
+
+TEST_CASE("a bound dim whose products overflow is refused when binding, before anything is allocated or read") {
+  // x [T, 1] and x xᵀ [T, T]: T = 2^32 makes 2^64 elements. The feed is a view over 4 floats
+  // that claims T = 2^32: binding must throw before any kernel reads it.
+  auto x = input<"x", shape<dyn<"T">, fix<1>>>();
+  auto g = make_graph(sum(matmul<false, true>(x, x)));
+  param_store<float> p;
+  auto run = g.executor<float>(p);
+  float four[4] = {1, 2, 3, 4};
+  const tensor_view<const float> claim{four, dims_t{std::int64_t{1} << 32, 1}};
+  const std::string message = message_of([&] { run.forward({{"x", claim}}); });
+  CHECK_THAT(message, Catch::Contains("matmul") && Catch::Contains("[4294967296, 4294967296]") &&
+                          Catch::Contains("more than 2^57 elements"));
+  CHECK_THROWS_AS(run.forward({{"x", claim}}), shape_error);
+  CHECK(run.arena_bytes() == 0);
+}
+
+TEST_CASE("a KV cache whose capacity makes its storage overflow int64 is refused before allocating") {
+  auto step = make_graph(nn::language_model<lm, nn::decode_mode>::logits());
+  CHECK_THROWS_AS(nn::kv_cache<float>(step, 4, std::int64_t{1} << 62), shape_error);
+}
+
+TEST_CASE("gemm refuses dims beyond BLAS's int instead of wrapping them") {
+  float a[4] = {}, b[4] = {}, c[4] = {};
+  const std::int64_t huge = std::int64_t{1} << 31;
+  CHECK_THAT(message_of([&] { ops::gemm<float>(false, false, 2, 2, huge, 1.0f, a, huge, b, 2, 0.0f, c, 2); }),
+             Catch::Contains("matmul") && Catch::Contains("2147483648") && Catch::Contains("2^31 - 1"));
+  CHECK(c[0] == 0.0f);
+}
+
+// ---- executor state after failures and misuse ----
+
+TEST_CASE("after a forward that failed inside a kernel, output() and backward() refuse") {
+  // a token id out of range is found by the embedding kernel, after binding succeeded
+  auto tok = input<"tok", shape<dyn<"T">>, int>();
+  auto w = param<"emb", shape<fix<5>, fix<3>>>();
+  auto g = make_graph(sum(embedding(tok, w)));
+  auto params = g.make_params<float>(4);
+  auto run = g.executor<float>(params);
+  tensor<std::int32_t> good({2}, {1, 4}), bad({2}, {1, 5});
+  run.forward({{"tok", good}});
+  run.backward();
+  CHECK_THAT(message_of([&] { run.forward({{"tok", bad}}); }), Catch::Contains("token id 5"));
+  CHECK_THAT(message_of([&] { (void)run.output(); }), Catch::Contains("the last forward() failed"));
+  CHECK_THAT(message_of([&] { run.backward(); }), Catch::Contains("the last forward() failed"));
+  run.forward({{"tok", good}});  // a good forward makes everything readable again
+  CHECK(std::isfinite(run.output()[0]));
+  run.backward();
+}
+
+TEST_CASE("replacing a parameter between forward() and backward() is refused, not written to freed memory") {
+  auto x = input<"x", shape<dyn<"T">, fix<3>>>();
+  auto g = make_graph(sum(nn::linear<"lin", 2>(x)));
+  auto params = g.make_params<float>(5);
+  auto run = g.executor<float>(params);
+  tensor<float> xs({4, 3}, {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12});
+  run.forward({{"x", xs}});
+  params.set("lin.weight", tensor<float>(dims_t{2, 3}));  // frees the tensor the forward read
+  CHECK_THAT(message_of([&] { run.backward(); }),
+             Catch::Contains("\"lin.weight\" was replaced in the store after forward()"));
+  run.forward({{"x", xs}});
+  run.backward();
+  // y = Σ x Wᵀ + b: dL/dW[o, i] = Σ_t x[t, i] = 22, 26, 30 for every output o
+  CHECK(params.grad("lin.weight")[0] == 22.0f);
+  CHECK(params.grad("lin.weight")[5] == 30.0f);
+}
+
+TEST_CASE("one executor called from two threads at once refuses the second call instead of racing") {
+  auto x = input<"x", shape<dyn<"T">, fix<64>>>();
+  auto g = make_graph(sum(softmax(matmul<false, true>(x, x))));
+  param_store<float> p;
+  auto run = g.executor<float>(p, {.threads = 1});
+  // different shapes in the two threads: with a race, each would rebind the other's buffers
+  const tensor<float> a = test::random_tensor<float>({300, 64}, 6), b = test::random_tensor<float>({17, 64}, 7);
+  std::atomic<int> refused{0}, other{0}, done{0};
+  std::string other_what;
+  auto worker = [&](const tensor<float>& xs) {
+    for (int i = 0; i < 200; ++i) {
+      try {
+        run.forward({{"x", xs}});
+        ++done;
+      } catch (const error& e) {
+        if (std::string(e.what()).find("not thread-safe") != std::string::npos) ++refused;
+        else ++other;
+      }
+    }
+  };
+  std::thread t1(worker, std::cref(a)), t2(worker, std::cref(b));
+  t1.join();
+  t2.join();
+  INFO("completed " << done << ", refused " << refused);
+  CHECK(other == 0);
+  CHECK(refused > 0);
+  CHECK(done > 0);
+  // the executor still works and gives the single-threaded result
+  run.forward({{"x", b}});
+  const float after = run.output()[0];
+  auto fresh = g.executor<float>(p, {.threads = 1});
+  fresh.forward({{"x", b}});
+  CHECK(after == fresh.output()[0]);
+}
+
+TEST_CASE("a thread count below 0 or above max_threads is refused, and set_threads keeps the old one") {
+  auto x = input<"x", shape<fix<2>>>();
+  auto g = make_graph(sum(x));
+  param_store<float> p;
+  CHECK_THAT(message_of([&] { (void)g.executor<float>(p, {.threads = 100000}); }),
+             Catch::Contains("threads must be 0 (all cores) to 1024, got 100000"));
+  auto run = g.executor<float>(p, {.threads = 2});
+  CHECK_THROWS_AS(run.set_threads(-1), value_error);
+  CHECK(run.threads() == 2);
+}
+
+// ---- sampling ----
+
+TEST_CASE("sampling settings out of their domain are refused: NaN is not greedy, -1 is not all") {
+  const std::vector<float> logits{0.1f, 2.0f, -1.0f};
+  const std::span<const float> l(logits);
+  const double nan = std::numeric_limits<double>::quiet_NaN(), inf = std::numeric_limits<double>::infinity();
+  CHECK_THAT(message_of([&] { nn::pick_token<float>(l, nan, 0, 0.5); }), Catch::Contains("temperature"));
+  CHECK_THROWS_AS(nn::pick_token<float>(l, -0.5, 0, 0.5), value_error);
+  CHECK_THROWS_AS(nn::pick_token<float>(l, inf, 0, 0.5), value_error);
+  CHECK_THAT(message_of([&] { nn::pick_token<float>(l, 1.0, -1, 0.5); }), Catch::Contains("top_k must be >= 0"));
+  CHECK_THROWS_AS(nn::pick_token<float>(l, 1.0, 0, 1.0), value_error);
+  CHECK(nn::pick_token<float>(l, 0.0, 0, 0.0) == 1);  // greedy: the arg max
+
+  auto step = make_graph(nn::language_model<lm, nn::decode_mode>::logits());
+  auto params = step.make_params<float>(8);
+  auto run = step.executor<float>(params, {.inference = true});
+  nn::kv_cache<float> cache(step, 1, 16);
+  for (const auto& bad : {nn::generate_options{.temperature = nan}, nn::generate_options{.top_k = -3},
+                          nn::generate_options{.max_new_tokens = -1}})
+    CHECK_THROWS_AS(nn::generate(run, cache, {{1, 2}}, bad), value_error);
+}
