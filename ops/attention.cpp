@@ -10,10 +10,12 @@
 #include <cmath>
 #include <limits>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "blas.hpp"
+#include "dropout_mask.hpp"
 #include "fused_attention.hpp"
 #include "loom/core/errors.hpp"
 #include "mask_strides.hpp"
@@ -117,6 +119,14 @@ struct problem {
   int nb = 0;
   operand<const T> q, k, v, o;
   row_masks masks;
+  std::optional<dropout_mask> drop;  // dropout on the weights, when training
+  T keep_scale = 1;                   // 1 / (1 − P)
+
+  /// Scales row i of entry n's weights over keys [j0, j0 + w) by dropout's m / (1 − P).
+  void apply_dropout(std::int64_t n, std::int64_t i, std::int64_t j0, std::int64_t w, T* row) const {
+    const std::int64_t first = (n * rows + i) * keys + j0;  // the element's index in the weights [.., T, S]
+    for (std::int64_t j = 0; j < w; ++j) row[j] = drop->keep(first + j) ? row[j] * keep_scale : T(0);
+  }
 
   explicit problem(const op_args<T>& a) : p(static_cast<const attention_params*>(a.fused)) {
     const strided_dims qv = apply_view(p->q, a.in_dims[0], a.mat_stride(0));
@@ -134,6 +144,10 @@ struct problem {
     d = q.cols;
     dv = v.cols;
     mask_setup(a);
+    if (p->dropout > 0 && a.training) {
+      drop.emplace(a.template input<std::int32_t>(p->dropout_seed), p->dropout_hash, p->dropout);
+      keep_scale = p->dropout < 1 ? static_cast<T>(1.0 / (1.0 - p->dropout)) : T(0);
+    }
   }
   template <class P>
   operand<P> entries(P* base, const strided_dims& view) const {
@@ -252,6 +266,7 @@ void forward_rows(const problem<T>& pr, T* out, T* lse, std::int64_t n, std::int
       if (alpha != T(1))
         for (std::int64_t c = 0; c < dv; ++c) acc[ri * dv + c] *= alpha;
       m[ri] = m_new;
+      if (pr.drop) pr.apply_dropout(n, r0 + ri, j0, w, row);  // the normaliser l keeps every key
     }
     gemm<T>(false, false, rows, dv, w, T(1), s, w, pr.v.at(n, j0), pr.v.ld, T(1), acc, dv);
   }
@@ -273,9 +288,10 @@ void backward_entry(const problem<T>& pr, const operand<const T>& dout, const op
   const T c = static_cast<T>(pr.p->scale);
   for (std::int64_t r0 = 0; r0 < pr.rows; r0 += query_block) {
     const std::int64_t r1 = std::min(pr.rows, r0 + query_block), rows = r1 - r0;
-    T* p = scratch<T>(static_cast<std::size_t>(rows * (2 * key_block + 1)));
+    T* p = scratch<T>(static_cast<std::size_t>(rows * (3 * key_block + 1)));
     T* dp = p + rows * key_block;
     T* dsum = dp + rows * key_block;  // D = rowsum(do ⊙ o)
+    T* pd = dsum + rows;              // with dropout: p ⊙ m / (1 − P)
     for (std::int64_t ri = 0; ri < rows; ++ri) dsum[ri] = lane_dot(dout.at(n, r0 + ri), pr.o.at(n, r0 + ri), pr.dv);
     const auto [klo, khi] = pr.key_span(n, r0, r1);
     for (std::int64_t j0 = klo; j0 < khi; j0 += key_block) {
@@ -289,10 +305,18 @@ void backward_entry(const problem<T>& pr, const operand<const T>& dout, const op
         else
           for (std::int64_t j = 0; j < w; ++j) row[j] = vexp(row[j] - l);
       }
-      if (dvv.base)  // dv += pᵀ do
-        gemm<T>(true, false, w, pr.dv, rows, T(1), p, w, dout.at(n, r0), dout.ld, T(1), dvv.at(n, j0), dvv.ld);
+      const T* used = p;  // the weights o was made with
+      if (pr.drop) {
+        std::copy(p, p + rows * w, pd);
+        for (std::int64_t ri = 0; ri < rows; ++ri) pr.apply_dropout(n, r0 + ri, j0, w, pd + ri * w);
+        used = pd;
+      }
+      if (dvv.base)  // dv += (weights used)ᵀ do
+        gemm<T>(true, false, w, pr.dv, rows, T(1), used, w, dout.at(n, r0), dout.ld, T(1), dvv.at(n, j0), dvv.ld);
       if (!dq.base && !dk.base && !any_dmask) continue;
       gemm<T>(false, true, rows, w, pr.dv, T(1), dout.at(n, r0), dout.ld, pr.v.at(n, j0), pr.v.ld, T(0), dp, w);
+      if (pr.drop)  // the gradient of the weights before dropout
+        for (std::int64_t ri = 0; ri < rows; ++ri) pr.apply_dropout(n, r0 + ri, j0, w, dp + ri * w);
       for (std::int64_t ri = 0; ri < rows; ++ri)  // ds = p ⊙ (dp − D)
         for (std::int64_t j = 0; j < w; ++j) dp[ri * w + j] = p[ri * w + j] * (dp[ri * w + j] - dsum[ri]);
       for (std::size_t m = 0; m < dmask.size(); ++m) {  // an added mask's gradient: ds where it lies

@@ -1,6 +1,9 @@
-// The attention fusion rule: finds  matmul(softmax(mask..(scale(matmul(q, kᵀ)))), v)  — with the
-// heads' split below q, k, v and their merge above the output when those are plain views — and
-// makes it one attention node (ops/fused_attention.hpp).
+// The attention fusion rule: finds  matmul([dropout](softmax(mask..(scale(matmul(q, kᵀ))))), v)  —
+// with the heads' split below q, k, v and their merge above the output when those are plain
+// views, masks of every kind (causal, padding, left padding, boolean, a float mask added to the
+// scores), dropout on the weights, and grouped-query attention's split of the query heads into
+// groups (the scores merged back into heads for the masks, the weights split again) — and makes
+// it one attention node (ops/fused_attention.hpp).
 #include <algorithm>
 #include <memory>
 
@@ -8,6 +11,7 @@
 #include "fusion.hpp"
 #include "loom/ops/add.hpp"
 #include "loom/ops/concat.hpp"
+#include "loom/ops/dropout.hpp"
 #include "loom/ops/mask.hpp"
 #include "loom/ops/matmul.hpp"
 #include "loom/ops/reshape.hpp"
@@ -149,6 +153,16 @@ std::optional<fusion> attention_rule(const plan_view& p, int root, std::span<con
     above = weights;
     weights = p.inputs(weights)[0];
   }
+  int drop_seed = -1;
+  if (p.order[weights]->op == &dropout_entry) {  // dropout on the weights: its mask is applied inside
+    if (!only_for(p, absorbable, weights, above)) return std::nullopt;
+    f->dropout = load_attrs<dropout_attrs>(*p.order[weights]).p;
+    f->dropout_hash = p.order[weights]->hash;
+    drop_seed = p.inputs(weights)[1];
+    r.absorbed.push_back(weights);
+    above = weights;
+    weights = p.inputs(weights)[0];
+  }
   if (p.order[weights]->op != &softmax_entry || !only_for(p, absorbable, weights, above)) return std::nullopt;
   r.absorbed.push_back(weights);
   int x = p.inputs(weights)[0];
@@ -212,6 +226,10 @@ std::optional<fusion> attention_rule(const plan_view& p, int root, std::span<con
   const int v_base = view_below(p, absorbable, v, o, f->v, r.absorbed);
   r.inputs = {q_base, k_base, v_base};
   r.inputs.insert(r.inputs.end(), mask_inputs.begin(), mask_inputs.end());
+  if (drop_seed >= 0) {
+    f->dropout_seed = static_cast<int>(r.inputs.size());
+    r.inputs.push_back(drop_seed);
+  }
   if (r.inputs.size() > 8) return std::nullopt;  // backward_reads covers eight inputs
   f->masks = std::move(masks);
   std::sort(r.absorbed.begin(), r.absorbed.end());

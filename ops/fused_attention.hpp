@@ -1,6 +1,6 @@
 // attention (fused): the pattern
 //
-//   o = matmul(softmax(mask_k(..mask_1(scale_c(matmul(q, kᵀ))))), v)
+//   o = matmul([dropout](softmax(mask_k(..mask_1(scale_c(matmul(q, kᵀ)))))), v)
 //
 // masks: causal, padding, left padding, boolean (mask_bool), additive (add of a float mask,
 // broadcast); with grouped-query attention q [.., Hkv, G, T, d] meets k, v [.., Hkv, 1, S, d]
@@ -17,6 +17,10 @@
 //   backward: per batch × head (each task owns its dk, dv: no atomics), blocks recomputed from
 //            lse: p = e^(c · q kᵀ − lse) (masked: 0), D = rowsum(do ⊙ o),
 //            dv += pᵀ do,  dp = do vᵀ,  ds = p ⊙ (dp − D),  dq += c · ds k,  dk += c · dsᵀ q
+//            with dropout (training only) the weights p become p ⊙ m / (1 − P) in o and dv, and
+//            dp is multiplied by the same m / (1 − P) before ds (D = rowsum(do ⊙ o) still holds);
+//            m is loom::dropout's mask of the absorbed node, element (entry, row, key) of the
+//            weights — the same bits as unfused;
 //            an additive mask's gradient (when it has one) is ds summed over the axes it
 //            broadcasts along; then every entry runs in one task, in order.
 //   A row whose keys are all masked gives zeros (lse = −∞), as softmax does.
@@ -43,6 +47,11 @@ struct attention_params {
   std::vector<mask> masks;
   // grouped queries: the masks see q's batch axes merge_axis and merge_axis + 1 as one (−1: none)
   int merge_axis = -1;
+  // dropout on the weights (an absorbed dropout node): its probability, its structural hash
+  // (which keys its mask, as the unfused kernel's) and the node's input holding the seed
+  double dropout = 0;
+  std::uint64_t dropout_hash = 0;
+  int dropout_seed = -1;
 };
 
 template <class T>

@@ -197,7 +197,10 @@ TEST_CASE("on a trained translation model, beam 4 scores at least as well as gre
   {
     auto run = g.executor<float>(params, {.threads = 2});
     adam<float> opt(params, {.lr = 3e-3});
-    trainer_options quiet{.total_steps = 300, .progress = {.mode = progress_mode::plain, .print_every = 1'000'000}};
+    trainer_options quiet;
+    quiet.total_steps = 300;
+    quiet.progress.mode = progress_mode::plain;
+    quiet.progress.print_every = 1'000'000;
     trainer<float> tr(run, params, opt, quiet);
     for (long step = 1; step <= 300; ++step) {
       auto b = t.train_batch(step, 32, 3);

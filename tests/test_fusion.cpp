@@ -248,12 +248,41 @@ TEMPLATE_TEST_CASE_SIG("fused grouped-query and multi-query attention equal the 
                                    {"f", test::random_tensor<double>({2, Hq, 3, 6}, 22)}});
 }
 
-TEST_CASE("dropout on the weights leaves the pattern unfused, and it still runs as written") {
+TEST_CASE("fused dropout on the weights drops the same weights as the unfused dropout node, in training") {
   auto seed = input<"seed", shape<fix<2>>, int>();
-  auto g = make_graph(nn::self_attention<"a", 2, {.dropout = 0.2}>(X{}, nn::causal, nn::dropout_seed(seed)));
-  auto p = g.make_params<double>(1);
-  const executor<double> probe(g.plan(), p, {.fuse = true});
-  CHECK(ops_of(probe.plan()).count("attention") == 0);
-  CHECK(ops_of(probe.plan()).count("dropout") == 1);
-  test::require_gradcheck(g, p, {{"x", test::random_tensor<double>({2, 4, D}, 23)}, {"seed", ints({2}, {3, 4})}});
+  auto x = test::random_tensor<double>({2, 5, D}, 23);
+  SECTION("multi-head self-attention") {
+    require_fused_equals_unfused(
+        make_graph(nn::self_attention<"a", 2, {.dropout = 0.3}>(X{}, nn::causal, nn::dropout_seed(seed))),
+        {{"x", x}, {"seed", ints({2}, {3, 4})}});
+  }
+  SECTION("grouped queries, a float mask and padding") {
+    auto q = input<"q", shape<dyn<"B">, fix<4>, dyn<"T">, fix<4>>>();
+    auto k = input<"k", shape<dyn<"B">, fix<2>, dyn<"S">, fix<4>>>();
+    auto v = input<"v", shape<dyn<"B">, fix<2>, dyn<"S">, fix<3>>>();
+    auto f = input<"f", shape<dyn<"T">, dyn<"S">>>();
+    require_fused_equals_unfused(
+        make_graph(nn::attention<{.dropout = 0.5, .enable_gqa = true}>(q, k, v, nn::padding(Len{}), nn::additive(f),
+                                                                       nn::dropout_seed(seed))),
+        {{"q", test::random_tensor<double>({2, 4, 3, 4}, 24)},
+         {"k", test::random_tensor<double>({2, 2, 6, 4}, 25)},
+         {"v", test::random_tensor<double>({2, 2, 6, 3}, 26)},
+         {"len", ints({2}, {6, 4})},
+         {"f", test::random_tensor<double>({3, 6}, 27)},
+         {"seed", ints({2}, {9, 1})}});
+  }
+  SECTION("not training: no dropout, fused or not") {
+    auto g = make_graph(nn::self_attention<"a", 2, {.dropout = 0.3}>(X{}, nn::dropout_seed(seed)));
+    auto plain = make_graph(nn::self_attention<"a", 2>(X{}));
+    auto p = g.make_params<double>(1);
+    std::vector<double> outs;
+    for (bool fuse : {false, true}) {
+      auto ex = g.executor<double>(p, {.training = false, .fuse = fuse});
+      ex.forward({{"x", x}, {"seed", ints({2}, {3, 4})}});
+      auto ref = plain.executor<double>(p, {.fuse = false});
+      ref.forward({{"x", x}});
+      CHECK(max_rel(std::vector<double>(ex.output().data, ex.output().data + ex.output().size()),
+                    std::vector<double>(ref.output().data, ref.output().data + ref.output().size())) <= 1e-12);
+    }
+  }
 }

@@ -425,7 +425,7 @@ constexpr auto project(X x, W w, B b) {
 }
 
 /// Projections q, k, v for self-attention: one GEMM with the packed weight.
-template <fixed_string Prefix, bool Bias, class X>
+template <fixed_string Prefix, bool Bias = true, class X>
 constexpr auto self_qkv(X x) {
   constexpr long d = dim_at<typename X::shape, -1>::value;
   auto qkv = project<Bias>(x, in_proj_weight<Prefix, d>(), in_proj_bias<Prefix, d>());  // [B, T, 3D]
@@ -433,7 +433,7 @@ constexpr auto self_qkv(X x) {
 }
 
 /// Query of cross-attention: rows [0, D) of the packed weight. x [B, T, D] -> [B, T, D].
-template <fixed_string Prefix, bool Bias, class X>
+template <fixed_string Prefix, bool Bias = true, class X>
 constexpr auto cross_q(X x) {
   constexpr long d = dim_at<typename X::shape, -1>::value;
   return project<Bias>(x, slice<0, fix<0>, fix<d>>(in_proj_weight<Prefix, d>()),
@@ -442,7 +442,7 @@ constexpr auto cross_q(X x) {
 
 /// Keys and values of cross-attention, heads split: rows [D, 3D) of the packed weight.
 /// memory [B, S, D] -> ([B, H, S, d_k], [B, H, S, d_k]).
-template <fixed_string Prefix, int H, bool Bias, class Mem>
+template <fixed_string Prefix, int H, bool Bias = true, class Mem>
 constexpr auto cross_kv_heads(Mem mem) {
   constexpr long d = dim_at<typename Mem::shape, -1>::value;
   auto kv = project<Bias>(mem, slice<0, fix<d>, fix<2 * d>>(in_proj_weight<Prefix, d>()),

@@ -2,7 +2,9 @@
 // pre-norm), stacks of them, a decoder-only language model and an encoder–decoder, each in
 // three modes that share every function:
 //
-//   train_mode   full attention over the sequence; dropout when the config asks for it
+//   train_mode   full attention over the sequence; dropout when the config asks for it (on the
+//                sublayers' outputs, the feed-forward's hidden layer and the attention weights,
+//                as nn.Transformer)
 //   eval_mode    the same graph without dropout (evaluation, the reference for decoding)
 //   decode_mode  self-attention keys and values from a kv_cache (self_attention_cached),
 //                cross-attention from memory projected once per source; no dropout
@@ -72,16 +74,32 @@ constexpr auto ffn(X x, Seed seed) {
   else return feed_forward<P, C.ffn, act_t<C>>(x);
 }
 
-template <fixed_string P, transformer_config C, class Mode, class X, class... M>
-constexpr auto self_attn(X x, M... masks) {
-  if constexpr (std::is_same_v<Mode, decode_mode>) return self_attention_cached<P, static_cast<int>(C.heads)>(x, masks...);
-  else return self_attention<P, static_cast<int>(C.heads)>(x, masks...);
+/// The layer's attention options: dropout on the weights in training, as nn.Transformer's
+/// layers do (their MultiheadAttention gets the layer's dropout).
+template <transformer_config C, class Mode>
+inline constexpr mha_options attn_options{.dropout = uses_dropout<C, Mode> ? C.dropout : 0.0};
+
+/// The masks of a layer's attention, with dropout's seed when the attention drops weights.
+template <transformer_config C, class Mode, class Seed, class F>
+constexpr auto with_seed(F f) {
+  if constexpr (uses_dropout<C, Mode>) return f(dropout_seed(Seed{}));
+  else return f();
 }
 
-template <fixed_string P, transformer_config C, class Mode, class X, class Mem, class... M>
+template <fixed_string P, transformer_config C, class Mode, class Seed, class X, class... M>
+constexpr auto self_attn(X x, M... masks) {
+  constexpr int h = static_cast<int>(C.heads);
+  if constexpr (std::is_same_v<Mode, decode_mode>) return self_attention_cached<P, h>(x, masks...);
+  else return with_seed<C, Mode, Seed>([&](auto... seed) { return self_attention<P, h, attn_options<C, Mode>>(x, masks..., seed...); });
+}
+
+template <fixed_string P, transformer_config C, class Mode, class Seed, class X, class Mem, class... M>
 constexpr auto cross_attn(X x, Mem mem, M... masks) {
-  if constexpr (std::is_same_v<Mode, decode_mode>) return cross_attention_cached<P, static_cast<int>(C.heads)>(x, masks...);
-  else return cross_attention<P, static_cast<int>(C.heads)>(x, mem, masks...);
+  constexpr int h = static_cast<int>(C.heads);
+  if constexpr (std::is_same_v<Mode, decode_mode>) return cross_attention_cached<P, h>(x, masks...);
+  else
+    return with_seed<C, Mode, Seed>(
+        [&](auto... seed) { return cross_attention<P, h, attn_options<C, Mode>>(x, mem, masks..., seed...); });
 }
 
 /// One residual sublayer: post-norm  norm(x + drop(f(x)))  or pre-norm  x + drop(f(norm(x))).
@@ -96,7 +114,7 @@ template <fixed_string P, transformer_config C, class Mode, class... M>
 struct encoder_layer_fn {
   template <class X, class Seed>
   constexpr auto operator()(X x, Seed seed) const {
-    auto h = sublayer<P + ".norm1", C, Mode>(x, seed, [](auto y) { return self_attn<P + ".self_attn", C, Mode>(y, M{}...); });
+    auto h = sublayer<P + ".norm1", C, Mode>(x, seed, [](auto y) { return self_attn<P + ".self_attn", C, Mode, Seed>(y, M{}...); });
     return sublayer<P + ".norm2", C, Mode>(h, seed, [](auto y) { return ffn<P, C, Mode>(y, Seed{}); });
   }
 };
@@ -107,9 +125,9 @@ template <class... S, class... X>
 struct decoder_masks<type_list<S...>, type_list<X...>> {
   template <fixed_string P, transformer_config C, class Mode, class In, class Mem, class Seed>
   static constexpr auto apply(In x, Mem mem, Seed seed) {
-    auto h = sublayer<P + ".norm1", C, Mode>(x, seed, [](auto y) { return self_attn<P + ".self_attn", C, Mode>(y, S{}...); });
+    auto h = sublayer<P + ".norm1", C, Mode>(x, seed, [](auto y) { return self_attn<P + ".self_attn", C, Mode, Seed>(y, S{}...); });
     auto c = sublayer<P + ".norm2", C, Mode>(
-        h, seed, [](auto y) { return cross_attn<P + ".multihead_attn", C, Mode>(y, Mem{}, X{}...); });
+        h, seed, [](auto y) { return cross_attn<P + ".multihead_attn", C, Mode, Seed>(y, Mem{}, X{}...); });
     (void)mem;  // reached through the type: a graph node is its type
     return sublayer<P + ".norm3", C, Mode>(c, seed, [](auto y) { return ffn<P, C, Mode>(y, Seed{}); });
   }
