@@ -129,15 +129,32 @@ struct broadcast_layout {
       const std::int64_t n = e1 - e0;
       std::vector<std::int64_t> ko(static_cast<std::size_t>(n)), kb(static_cast<std::size_t>(n));
       for (std::int64_t e = 0; e < n; ++e) kept_offsets(e0 + e, ko[static_cast<std::size_t>(e)], kb[static_cast<std::size_t>(e)]);
+      // the common case (a bias, a mask over rows): the chunk's elements lie in one run of the
+      // output and of the other operand (step 1 or 0): plain loops the compiler vectorises
+      const std::int64_t o0 = ko[0], b0 = kb[0], step = n > 1 ? kb[1] - kb[0] : 0;
+      bool run = step == 0 || step == 1;
+      for (std::int64_t e = 0; e < n && run; ++e)
+        run = ko[static_cast<std::size_t>(e)] == o0 + e && kb[static_cast<std::size_t>(e)] == b0 + e * step;
       std::array<std::int64_t, max_rank> idx{};
       std::int64_t so = 0, sb = 0;  // offsets of the current summed index
       for (std::int64_t s = 0; s < summed_size; ++s) {
-        if (s == 0 && fresh)
+        if (run && step == 1) {
+          if (s == 0 && fresh)
+            for (std::int64_t e = 0; e < n; ++e) dst[e0 + e] = term(so + o0 + e, sb + b0 + e);
+          else
+            for (std::int64_t e = 0; e < n; ++e) dst[e0 + e] += term(so + o0 + e, sb + b0 + e);
+        } else if (run) {
+          if (s == 0 && fresh)
+            for (std::int64_t e = 0; e < n; ++e) dst[e0 + e] = term(so + o0 + e, sb + b0);
+          else
+            for (std::int64_t e = 0; e < n; ++e) dst[e0 + e] += term(so + o0 + e, sb + b0);
+        } else if (s == 0 && fresh) {
           for (std::int64_t e = 0; e < n; ++e)
             dst[e0 + e] = term(so + ko[static_cast<std::size_t>(e)], sb + kb[static_cast<std::size_t>(e)]);
-        else
+        } else {
           for (std::int64_t e = 0; e < n; ++e)
             dst[e0 + e] += term(so + ko[static_cast<std::size_t>(e)], sb + kb[static_cast<std::size_t>(e)]);
+        }
         for (int j = ns - 1; j >= 0; --j) {  // next summed index, row-major
           const int k = summed[j];
           so += out_stride[k];

@@ -180,6 +180,42 @@ TEST_CASE("a beam as wide as the search space finds the exhaustive search's best
   }
 }
 
+TEST_CASE("decoder-only: beam search over prompts of different lengths, width 1 greedy, scores the model's") {
+  constexpr nn::transformer_config lm{.d_model = 16, .heads = 2, .ffn = 24, .decoder_layers = 2, .tgt_vocab = 7};
+  using full_model = nn::language_model<lm, nn::eval_mode>;
+  using step_model = nn::language_model<lm, nn::decode_mode>;
+  auto full = make_graph(full_model::logits());
+  auto p = full.make_params<double>(3);
+  test::randomize(p, 4);
+  auto step = make_graph(step_model::logits()).executor<double>(p, {.inference = true});
+  const std::vector<std::vector<int>> prompts{{3, 4, 5, 6}, {5}, {6, 3}};
+  auto greedy_cache = nn::kv_cache<double>::of<step_model>(3, 12);
+  auto greedy = nn::generate(step, greedy_cache, prompts, {.max_new_tokens = 6, .eos = 2});
+  auto one_cache = nn::kv_cache<double>::of<step_model>(3, 12);
+  auto one = nn::beam_search(step, one_cache, prompts, {.beam = 1, .max_new_tokens = 6, .eos = 2});
+  for (std::size_t i = 0; i < prompts.size(); ++i) CHECK(one.hypotheses[i][0].tokens == greedy.tokens[i]);
+  auto cache = nn::kv_cache<double>::of<step_model>(9, 12);
+  auto r = nn::beam_search(step, cache, prompts, {.beam = 3, .max_new_tokens = 6, .length_penalty = 0.5, .eos = 2});
+  auto whole = full.executor<double>(p, {.inference = true});
+  for (std::size_t i = 0; i < prompts.size(); ++i)
+    for (const auto& h : r.hypotheses[i]) {
+      // log P(tokens | prompt) by the full model over prompt + tokens
+      std::vector<std::int32_t> seq(prompts[i].begin(), prompts[i].end());
+      seq.insert(seq.end(), h.tokens.begin(), h.tokens.end());
+      whole.forward({{"tokens", tensor<std::int32_t>(dims_t{1, static_cast<std::int64_t>(seq.size())}, seq)}});
+      auto logits = whole.output();
+      double lp = 0;
+      for (std::size_t t = prompts[i].size(); t < seq.size(); ++t) {
+        const double* row = logits.data + static_cast<std::int64_t>(t - 1) * 7;
+        double mx = -1e300, sum = 0;
+        for (int v = 0; v < 7; ++v) mx = std::max(mx, row[v]);
+        for (int v = 0; v < 7; ++v) sum += std::exp(row[v] - mx);
+        lp += row[seq[t]] - mx - std::log(sum);
+      }
+      CHECK(std::abs(h.log_prob - lp) < 1e-10);
+    }
+}
+
 TEST_CASE("on a trained translation model, beam 4 scores at least as well as greedy on every test sentence") {
   using translation::config, translation::task, translation::pad, translation::decode_options;
   constexpr auto cfg = [] {

@@ -184,7 +184,7 @@ inline constexpr bool is_seed_spec = false;
 template <class Seed>
 inline constexpr bool is_seed_spec<dropout_seed_t<Seed>> = true;
 
-/// The seed among the specs M..., or none_seed when there is none.
+/// The seed among the specs M..., or no_seed when there is none.
 struct no_seed {};
 template <class... M>
 struct seed_of {
