@@ -106,6 +106,7 @@ void kv_cache<T>::reorder(std::span<const std::int64_t> from) {
     if (from[b] < 0 || from[b] >= batch_)
       throw value_error("kv_cache::reorder: origin " + std::to_string(from[b]) + " of sequence " + std::to_string(b) +
                         " is outside [0, " + std::to_string(batch_) + ")");
+  if (length_ == 0) return;  // nothing cached yet
   for (block& blk : blocks_) {
     // per sequence, its heads' first length() rows: gather them, then write them back
     const std::int64_t per_head = length_ * blk.head_dim, per_seq = blk.heads * per_head;
@@ -144,6 +145,7 @@ template <class T>
 tensor<T> kv_cache<T>::state(std::string_view name) const {
   const block& b = find(name);
   tensor<T> r(dims_t{batch_, b.heads, length_, b.head_dim});
+  if (length_ == 0) return r;  // nothing to copy (and no data pointer to copy to)
   const std::int64_t row = b.head_dim;
   for (std::int64_t m = 0; m < batch_ * b.heads; ++m)
     std::memcpy(r.data() + m * length_ * row, b.storage.data() + m * capacity_ * row,

@@ -182,10 +182,14 @@ struct problem {
       return off;
     };
     for (const auto& m : p->masks) {
+      if (m.kind == attention_params::mask::causal) {  // no input
+        masks.causal = true;
+        continue;
+      }
       const void* data = a.in[static_cast<std::size_t>(m.input)];
       const dims_t& md = a.in_dims[static_cast<std::size_t>(m.input)];
       switch (m.kind) {
-        case attention_params::mask::causal: masks.causal = true; break;
+        case attention_params::mask::causal: break;
         case attention_params::mask::padding:
         case attention_params::mask::left_padding: {
           const auto* len = static_cast<const std::int32_t*>(data);
