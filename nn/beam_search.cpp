@@ -99,7 +99,11 @@ beam_result beam_search(executor<T>& step, kv_cache<T>& cache, const std::vector
   cache.reset();
   beam_result result;
   std::vector<std::vector<hyp>> beams(static_cast<std::size_t>(n_prompts));
-  for (std::int64_t p = 0; p < n_prompts; ++p) beams[static_cast<std::size_t>(p)] = {hyp{.row = p * k}};
+  for (std::int64_t p = 0; p < n_prompts; ++p) {  // one live, empty hypothesis per prompt, in its first row
+    hyp start;
+    start.row = p * k;
+    beams[static_cast<std::size_t>(p)] = {start};
+  }
   std::vector<bool> done(static_cast<std::size_t>(n_prompts), o.max_new_tokens <= 0);
 
   std::vector<feed> feeds;
