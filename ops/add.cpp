@@ -16,20 +16,7 @@ void add_kernel<T>::forward(const op_args<T>& a) {
   const T* x = a.input(0);
   const T* b = a.input(1);
   T* y = a.out;
-  const broadcast_layout l(a.out_dims, a.in_dims[0], a.in_dims[1]);
-  l.for_runs([&](std::int64_t o, std::int64_t ia, std::int64_t ib, std::int64_t n, std::int64_t sa, std::int64_t sb) {
-    T* yo = y + o;
-    const T* xa = x + ia;
-    const T* xb = b + ib;
-    if (sa == 1 && sb == 1)  // the loops the compiler vectorises
-      for (std::int64_t j = 0; j < n; ++j) yo[j] = xa[j] + xb[j];
-    else if (sa == 1)
-      for (std::int64_t j = 0; j < n; ++j) yo[j] = xa[j] + xb[0];
-    else if (sb == 1)
-      for (std::int64_t j = 0; j < n; ++j) yo[j] = xa[0] + xb[j];
-    else
-      for (std::int64_t j = 0; j < n; ++j) yo[j] = xa[0] + xb[0];
-  });
+  broadcast_layout(a.out_dims, a.in_dims[0], a.in_dims[1]).elementwise(x, b, y, [](T u, T v) { return u + v; });
 }
 
 template <class T>
@@ -37,8 +24,19 @@ void add_kernel<T>::backward(const op_args<T>& a) {
   const T* dy = a.dout;
   const broadcast_layout l(a.out_dims, a.in_dims[0], a.in_dims[1]);
   // add(x, x) passes one gradient buffer twice: the two sums run one after the other
-  for (int i = 0; i < 2; ++i)
-    if (T* d = a.grad(i)) l.reduce_into(i, d, a.fresh(i), [&](std::int64_t o, std::int64_t) { return dy[o]; });
+  for (int i = 0; i < 2; ++i) {
+    T* d = a.grad(i);
+    if (!d) continue;
+    if (a.in_dims[static_cast<std::size_t>(i)] == a.out_dims) {  // not broadcast: dx = dy
+      with_fresh(a.fresh(i), [&](auto fresh) {
+        for_chunks(a.out_dims.size(), 1 << 15, [&](std::int64_t b, std::int64_t e) {
+          for (std::int64_t j = b; j < e; ++j) put<fresh()>(d[j], dy[j]);
+        });
+      });
+    } else {
+      l.reduce_into(i, d, a.fresh(i), [&](std::int64_t o, std::int64_t) { return dy[o]; });
+    }
+  }
 }
 
 template <class T>

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <array>
 #include <cstdint>
+#include <type_traits>
 #include <vector>
 
 #include "loom/core/tensor.hpp"
@@ -71,17 +72,57 @@ struct broadcast_layout {
     }
     const std::int64_t runs = size / len;
     for_chunks(runs, grain_for(len), [&](std::int64_t r0, std::int64_t r1) {
+      // the first run's index over the outer axes, then counters (no division per run)
+      std::array<std::int64_t, max_rank> idx{};
+      std::int64_t oa = 0, ob = 0, rest = r0;
+      for (int k = rank - 2; k >= 0; --k) {
+        idx[k] = rest % dims[k];
+        rest /= dims[k];
+        oa += idx[k] * stride[0][k];
+        ob += idx[k] * stride[1][k];
+      }
       for (std::int64_t r = r0; r < r1; ++r) {
-        std::int64_t oa = 0, ob = 0, rest = r;
-        for (int k = rank - 2; k >= 0; --k) {
-          const std::int64_t i = rest % dims[k];
-          rest /= dims[k];
-          oa += i * stride[0][k];
-          ob += i * stride[1][k];
-        }
         fn(r * len, oa, ob, len, sa, sb);
+        for (int k = rank - 2; k >= 0; --k) {
+          oa += stride[0][k];
+          ob += stride[1][k];
+          if (++idx[k] < dims[k]) break;
+          oa -= dims[k] * stride[0][k];
+          ob -= dims[k] * stride[1][k];
+          idx[k] = 0;
+        }
       }
     });
+  }
+
+  /// y = op(a, b) over the output, the operands broadcast: the loop for the runs' stride
+  /// pattern is chosen once (not per run), so each is a plain loop the compiler vectorises.
+  template <class T, class Op>
+  void elementwise(const T* a, const T* b, T* y, Op op) const {
+    const std::int64_t sa = rank ? stride[0][rank - 1] : 0, sb = rank ? stride[1][rank - 1] : 0;
+    auto runs = [&](auto step_a, auto step_b) {
+      if (rank == 2 && stride[0][0] == dims[1] && stride[1][0] == 0 && step_a == 1 && step_b == 1) {
+        // a bias: b [len] over the rows of a [rows, len]
+        const std::int64_t len = dims[1];
+        for_chunks(dims[0], grain_for(len), [&](std::int64_t r0, std::int64_t r1) {
+          for (std::int64_t r = r0; r < r1; ++r)
+            for (std::int64_t j = 0; j < len; ++j) y[r * len + j] = op(a[r * len + j], b[j]);
+        });
+        return;
+      }
+      for_runs([&](std::int64_t o, std::int64_t ia, std::int64_t ib, std::int64_t n, std::int64_t, std::int64_t) {
+        T* yo = y + o;
+        const T* xa = a + ia;
+        const T* xb = b + ib;
+        for (std::int64_t j = 0; j < n; ++j) yo[j] = op(xa[j * step_a], xb[j * step_b]);
+      });
+    };
+    using one = std::integral_constant<std::int64_t, 1>;
+    using zero = std::integral_constant<std::int64_t, 0>;
+    if (sa == 1 && sb == 1) runs(one{}, one{});
+    else if (sa == 1) runs(one{}, zero{});
+    else if (sb == 1) runs(zero{}, one{});
+    else runs(zero{}, zero{});
   }
 
   /// The gradient of operand `o`: dst[e] (= when fresh, += otherwise) Σ term(out_offset,
@@ -105,6 +146,17 @@ struct broadcast_layout {
     }
     if (size == 0) {
       if (fresh) std::fill(dst, dst + kept_size, T(0));
+      return;
+    }
+    if (ns == 0) {  // the operand has the output's shape: one term per element, along the runs
+      for_runs([&](std::int64_t out, std::int64_t ia, std::int64_t ib, std::int64_t n, std::int64_t sa, std::int64_t sb) {
+        T* d = dst + (o == 0 ? ia : ib);  // = out: the operand is laid out as the output
+        const std::int64_t other_at = o == 0 ? ib : ia, step = o == 0 ? sb : sa;
+        if (fresh)
+          for (std::int64_t j = 0; j < n; ++j) d[j] = term(out + j, other_at + j * step);
+        else
+          for (std::int64_t j = 0; j < n; ++j) d[j] += term(out + j, other_at + j * step);
+      });
       return;
     }
     std::array<std::int64_t, max_rank> out_stride{};
@@ -135,36 +187,53 @@ struct broadcast_layout {
       bool run = step == 0 || step == 1;
       for (std::int64_t e = 0; e < n && run; ++e)
         run = ko[static_cast<std::size_t>(e)] == o0 + e && kb[static_cast<std::size_t>(e)] == b0 + e * step;
-      std::array<std::int64_t, max_rank> idx{};
-      std::int64_t so = 0, sb = 0;  // offsets of the current summed index
-      for (std::int64_t s = 0; s < summed_size; ++s) {
-        if (run && step == 1) {
-          if (s == 0 && fresh)
-            for (std::int64_t e = 0; e < n; ++e) dst[e0 + e] = term(so + o0 + e, sb + b0 + e);
-          else
-            for (std::int64_t e = 0; e < n; ++e) dst[e0 + e] += term(so + o0 + e, sb + b0 + e);
-        } else if (run) {
-          if (s == 0 && fresh)
-            for (std::int64_t e = 0; e < n; ++e) dst[e0 + e] = term(so + o0 + e, sb + b0);
-          else
-            for (std::int64_t e = 0; e < n; ++e) dst[e0 + e] += term(so + o0 + e, sb + b0);
-        } else if (s == 0 && fresh) {
-          for (std::int64_t e = 0; e < n; ++e)
-            dst[e0 + e] = term(so + ko[static_cast<std::size_t>(e)], sb + kb[static_cast<std::size_t>(e)]);
-        } else {
-          for (std::int64_t e = 0; e < n; ++e)
-            dst[e0 + e] += term(so + ko[static_cast<std::size_t>(e)], sb + kb[static_cast<std::size_t>(e)]);
+      // calls row(so, sb, first) for every summed index in row-major order, with the output's
+      // and the other operand's offsets of that index
+      auto sweep = [&](auto row) {
+        if (ns == 1) {  // one summed axis: plain strides
+          const std::int64_t k = summed[0], os = out_stride[k], bs = stride[other][k];
+          for (std::int64_t s = 0; s < summed_size; ++s) row(s * os, s * bs, s == 0);
+          return;
         }
-        for (int j = ns - 1; j >= 0; --j) {  // next summed index, row-major
-          const int k = summed[j];
-          so += out_stride[k];
-          sb += stride[other][k];
-          if (++idx[j] < dims[k]) break;
-          so -= dims[k] * out_stride[k];
-          sb -= dims[k] * stride[other][k];
-          idx[j] = 0;
+        std::array<std::int64_t, max_rank> idx{};
+        std::int64_t so = 0, sb = 0;
+        for (std::int64_t s = 0; s < summed_size; ++s) {
+          row(so, sb, s == 0);
+          for (int j = ns - 1; j >= 0; --j) {  // next summed index
+            const int k = summed[j];
+            so += out_stride[k];
+            sb += stride[other][k];
+            if (++idx[j] < dims[k]) break;
+            so -= dims[k] * out_stride[k];
+            sb -= dims[k] * stride[other][k];
+            idx[j] = 0;
+          }
         }
-      }
+      };
+      T* d = dst + e0;
+      if (run && step == 1)
+        sweep([&](std::int64_t so, std::int64_t sb, bool first) {
+          const std::int64_t oo = so + o0, bb = sb + b0;
+          if (first && fresh)
+            for (std::int64_t e = 0; e < n; ++e) d[e] = term(oo + e, bb + e);
+          else
+            for (std::int64_t e = 0; e < n; ++e) d[e] += term(oo + e, bb + e);
+        });
+      else if (run)
+        sweep([&](std::int64_t so, std::int64_t sb, bool first) {
+          const std::int64_t oo = so + o0, bb = sb + b0;
+          if (first && fresh)
+            for (std::int64_t e = 0; e < n; ++e) d[e] = term(oo + e, bb);
+          else
+            for (std::int64_t e = 0; e < n; ++e) d[e] += term(oo + e, bb);
+        });
+      else
+        sweep([&](std::int64_t so, std::int64_t sb, bool first) {
+          for (std::int64_t e = 0; e < n; ++e) {
+            const T v = term(so + ko[static_cast<std::size_t>(e)], sb + kb[static_cast<std::size_t>(e)]);
+            d[e] = first && fresh ? v : d[e] + v;
+          }
+        });
     });
   }
 };

@@ -16,20 +16,7 @@ void mul_kernel<T>::forward(const op_args<T>& a) {
   const T* x = a.input(0);
   const T* b = a.input(1);
   T* y = a.out;
-  const broadcast_layout l(a.out_dims, a.in_dims[0], a.in_dims[1]);
-  l.for_runs([&](std::int64_t o, std::int64_t ia, std::int64_t ib, std::int64_t n, std::int64_t sa, std::int64_t sb) {
-    T* yo = y + o;
-    const T* xa = x + ia;
-    const T* xb = b + ib;
-    if (sa == 1 && sb == 1)
-      for (std::int64_t j = 0; j < n; ++j) yo[j] = xa[j] * xb[j];
-    else if (sa == 1)
-      for (std::int64_t j = 0; j < n; ++j) yo[j] = xa[j] * xb[0];
-    else if (sb == 1)
-      for (std::int64_t j = 0; j < n; ++j) yo[j] = xa[0] * xb[j];
-    else
-      for (std::int64_t j = 0; j < n; ++j) yo[j] = xa[0] * xb[0];
-  });
+  broadcast_layout(a.out_dims, a.in_dims[0], a.in_dims[1]).elementwise(x, b, y, [](T u, T v) { return u * v; });
 }
 
 template <class T>
