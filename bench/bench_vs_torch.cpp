@@ -7,6 +7,11 @@
 //   tiny_train, small_train   one training step of nn::seq2seq<C, train_mode>::loss<0>() with
 //                             loom::adam: forward, cross-entropy, backward, Adam step; also the
 //                             peak RSS and the loss over the timed steps (it must decrease)
+//   gqa_fwd, gqa_fwdbwd       grouped-query attention alone, causal: q [4, 16, 512, 64], k and v
+//                             [4, 4, 512, 64] (nn::attention<{.is_causal, .enable_gqa}>: each
+//                             key/value head read in place by its 4 query heads, no copy);
+//                             forward (inference) and forward + backward of sum(out) with the
+//                             gradients of q, k and v; also the executor's arena and peak RSS
 //   decode                    greedy generation of 128 tokens through the KV cache (nn::generate,
 //                             nn::language_model<C, decode_mode>), ms per token after the prefill
 //   sgemm                     the BLAS ceiling: 1024³ sgemm through loom's own BLAS entry
@@ -210,6 +215,42 @@ json_line mha_forward_backward(const settings& s, std::int64_t b, std::int64_t t
   return j.num("flop", 3 * mha_flop(static_cast<double>(b), static_cast<double>(t), D));
 }
 
+// ---------------------------------------------------------------- grouped-query attention
+
+constexpr long gqa_q_heads = 16, gqa_kv_heads = 4, gqa_d = 64;
+
+/// GEMM FLOPs of attention alone: scores 2·B·Hq·T·S·d, weights·V 2·B·Hq·T·S·d, halved by the
+/// causal mask (the fused kernel skips the hidden key blocks; PyTorch's explicit math does not).
+double gqa_flop(double B, double T) { return 0.5 * 4 * B * gqa_q_heads * T * T * gqa_d; }
+
+json_line gqa(const settings& s, bool backward, std::int64_t b, std::int64_t t) {
+  auto q = input<"q", shape<dyn<"B">, fix<gqa_q_heads>, dyn<"T">, fix<gqa_d>>>();
+  auto k = input<"k", shape<dyn<"B">, fix<gqa_kv_heads>, dyn<"T">, fix<gqa_d>>>();
+  auto v = input<"v", shape<dyn<"B">, fix<gqa_kv_heads>, dyn<"T">, fix<gqa_d>>>();
+  const auto qs = random_tensor({b, gqa_q_heads, t, gqa_d}, 1), ks = random_tensor({b, gqa_kv_heads, t, gqa_d}, 2),
+             vs = random_tensor({b, gqa_kv_heads, t, gqa_d}, 3);
+  const double rss_before = peak_rss_mib();
+  auto g = make_graph(sum(nn::attention<{.is_causal = true, .enable_gqa = true}>(q, k, v)));
+  param_store<float> none;
+  auto run = g.executor<float>(none, {.threads = s.threads, .input_grads = backward, .inference = !backward});
+  const auto timed = time_calls(s, [&] {
+    run.forward({{"q", qs}, {"k", ks}, {"v", vs}});
+    if (backward) run.backward();
+  });
+  auto j = timed.json();
+  // what one copy of the keys and values repeated to Hq heads would take (loom makes none: the
+  // plan's nodes below list what it holds)
+  const double expanded_mib = 2.0 * static_cast<double>(b * gqa_q_heads * t * gqa_d) * 4 / (1 << 20);
+  int attention_nodes = 0;
+  for (const node_desc* d : run.plan().order) attention_nodes += d->op->name == "attention";
+  j.num("flop", (backward ? 3 : 1) * gqa_flop(static_cast<double>(b), static_cast<double>(t)));
+  j.num("arena_mib", static_cast<double>(run.arena_bytes()) / (1 << 20));
+  j.num("kv_mib", 2.0 * static_cast<double>(ks.size()) * 4 / (1 << 20)).num("kv_expanded_mib", expanded_mib);
+  j.num("fused_attention_nodes", attention_nodes).num("plan_nodes", run.plan().size());
+  j.num("rss_baseline_mib", rss_before).num("rss_peak_mib", peak_rss_mib());
+  return j;
+}
+
 // ---------------------------------------------------------------- training step
 
 constexpr nn::transformer_config tiny_cfg{
@@ -391,6 +432,8 @@ std::vector<bench_case> cases() {
   r.push_back({"tiny_train", [](const settings& s) { return train_step<tiny_cfg>(s, 32, 16); }});
   r.push_back({"small_train", [](const settings& s) { return train_step<small_cfg>(s, 16, 64); }});
   r.push_back({"small_train_recompute", [](const settings& s) { return train_step<small_recompute_cfg>(s, 16, 64); }});
+  r.push_back({"gqa_fwd", [](const settings& s) { return gqa(s, false, 4, 512); }});
+  r.push_back({"gqa_fwdbwd", [](const settings& s) { return gqa(s, true, 4, 512); }});
   r.push_back({"decode", decode});
   r.push_back({"sgemm", sgemm_ceiling});
   return r;

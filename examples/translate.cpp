@@ -1,6 +1,7 @@
 // Train a tiny Transformer encoder–decoder from scratch to write numbers in English words
 // ("4071" -> "four thousand seventy one"), then translate the held-out test split with greedy
-// decoding through the KV cache, and report exact-match accuracy and corpus BLEU-4.
+// decoding and with beam search (width 4) through the KV cache, and report exact-match accuracy
+// and corpus BLEU-4 of both.
 //
 //   translate [--minutes M] [--steps N] [--threads N] [--out DIR] [--seed S] [--batch B]
 //             [--max N] [--checkpoint-every N] [--resume] [--accumulate A]
@@ -253,7 +254,14 @@ int train_and_evaluate(const settings& s, const CLI::App& app, world_t* world) {
     const auto bleu = corpus_bleu_text(predictions, references);
     std::printf("\ntest split (%zu numbers, greedy decoding with the KV cache in %.2f s):\n", references.size(),
                 decode_seconds);
-    std::printf("  exact match %.2f%%   BLEU-4 %.2f\n\n", 100 * accuracy, 100 * bleu.bleu);
+    std::printf("  exact match %.2f%%   BLEU-4 %.2f\n", 100 * accuracy, 100 * bleu.bleu);
+    {  // beam search of width 4: the cache holds 4 rows per number and follows the hypotheses
+      const auto b0 = std::chrono::steady_clock::now();
+      const auto beam4 = translate_beam<cfg>(t, t.data.test, memory_graph, step_graph, params, s.threads, 4);
+      const double beam_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - b0).count();
+      std::printf("  beam 4 (%.2f s): exact match %.2f%%   BLEU-4 %.2f\n\n", beam_seconds,
+                  100 * exact_match(beam4, references), 100 * corpus_bleu_text(beam4, references).bleu);
+    }
     for (std::size_t i = 0; i < 8 && i < predictions.size(); ++i)
       std::printf("  %-10s -> %-60s %s\n", t.data.test[i].source.c_str(), predictions[i].c_str(),
                   predictions[i] == references[i] ? "ok" : ("(expected: " + references[i] + ")").c_str());

@@ -12,6 +12,7 @@
 #include "loom/data/vocab.hpp"
 #include "loom/eval/bleu.hpp"
 #include "loom/loom.hpp"
+#include "loom/nn/beam_search.hpp"
 #include "loom/nn/generate.hpp"
 #include "loom/nn/inspect.hpp"
 #include "loom/nn/kv_cache.hpp"
@@ -112,6 +113,36 @@ std::vector<std::string> translate(const task& t, const std::vector<translation_
     std::vector<std::vector<int>> prompts(idx.size(), std::vector<int>{bos});
     auto r = nn::generate(step, cache, prompts, decode_options(20), extra);
     for (auto& tokens : r.tokens) out.push_back(t.target.decode(tokens));
+  }
+  return out;
+}
+
+/// Beam-search translations (width `beam`, length penalty α) of pairs, through the KV cache as
+/// translate() does; the cache holds `beam` rows per source and follows the hypotheses.
+/// Returns the best hypothesis of each (its log-probability appended to log_probs, when given).
+template <nn::transformer_config C, class MemoryGraph, class StepGraph>
+std::vector<std::string> translate_beam(const task& t, const std::vector<translation_pair>& pairs,
+                                        const MemoryGraph& memory_graph, const StepGraph& step_graph,
+                                        param_store<float>& params, int threads, int beam, double length_penalty = 0,
+                                        std::vector<double>* log_probs = nullptr, std::size_t batch = 125) {
+  auto memory = memory_graph.template executor<float>(params, {.threads = threads, .inference = true});
+  auto step = step_graph.template executor<float>(params, {.threads = threads, .inference = true});
+  std::vector<std::string> out;
+  for (std::size_t b0 = 0; b0 < pairs.size(); b0 += batch) {
+    std::vector<std::size_t> idx;
+    for (std::size_t i = b0; i < std::min(pairs.size(), b0 + batch); ++i) idx.push_back(i);
+    auto bt = make_batch(pairs, idx, t.source, t.target);
+    const auto extra = encode(memory, bt);
+    nn::kv_cache<float> cache(step, static_cast<std::int64_t>(idx.size()) * beam, 24);
+    std::vector<std::vector<int>> prompts(idx.size(), std::vector<int>{bos});
+    auto r = nn::beam_search(step, cache, prompts,
+                             {.beam = beam, .max_new_tokens = 20, .length_penalty = length_penalty, .eos = eos,
+                              .pad = pad, .tokens_input = "tgt", .first_input = ""},
+                             extra);
+    for (auto& h : r.hypotheses) {
+      out.push_back(t.target.decode(h[0].tokens));
+      if (log_probs) log_probs->push_back(h[0].log_prob);
+    }
   }
   return out;
 }

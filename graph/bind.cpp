@@ -67,22 +67,27 @@ std::vector<const feed*> match_feeds(const plan_view& plan, std::span<const feed
 }
 
 // 2. Ranks and fixed dims of the inputs, and the value of every symbol (each of its
-// bindings must agree).
-std::vector<std::int64_t> bind_symbols(const plan_view& plan, const std::vector<const feed*>& fed) {
+// bindings must agree): from the inputs, then from the parameters whose dims are named
+// (param_dims: the store's tensor of each parameter node, or null).
+std::vector<std::int64_t> bind_symbols(const plan_view& plan, const std::vector<const feed*>& fed,
+                                       const std::vector<const dims_t*>& param_dims) {
   std::vector<std::int64_t> s(plan.syms.size(), -1);
   std::vector<std::string> source(plan.syms.size());
-  for (int i = 0; i < plan.size(); ++i) {
-    if (!fed[i]) continue;
+  for (int j = 0; j < 2 * plan.size(); ++j) {
+    const int i = j % plan.size();
+    const bool from_feed = j < plan.size();
+    if (from_feed ? !fed[i] : !param_dims[i]) continue;
     const node_desc* d = plan.order[i];
-    const dims_t& got = fed[i]->dims();
-    std::string who = "input " + quoted(d->name);
+    const dims_t& got = from_feed ? fed[i]->dims() : *param_dims[i];
+    if (!from_feed && got.rank != d->rank) continue;  // step 3 says what is wrong
+    std::string who = (from_feed ? "input " : "parameter ") + quoted(d->name);
     if (got.rank != d->rank)
       throw shape_error("forward: " + who + " must have rank " + std::to_string(d->rank) + " (" +
                         plan.shape_text(i) + "), got shape " + got.str());
     for (int a = 0; a < d->rank; ++a) {
       const plan_dim& pd = plan.dims[i][a];
       if (pd.n_syms == 0) {
-        if (got.d[a] != pd.constant)
+        if (from_feed && got.d[a] != pd.constant)  // a parameter's fixed dims: step 3 checks them
           throw shape_error("forward: " + who + " axis " + std::to_string(a) + " must be " +
                             std::to_string(pd.constant) + ", got " + std::to_string(got.d[a]) + " (shape " +
                             got.str() + ")");
@@ -100,7 +105,9 @@ std::vector<std::int64_t> bind_symbols(const plan_view& plan, const std::vector<
     }
   }
   for (std::size_t k = 0; k < s.size(); ++k)
-    if (s[k] < 0) throw shape_error("forward: dim " + quoted(plan.syms[k]) + " is not bound by any input");
+    if (s[k] < 0)
+      throw shape_error("forward: dim " + quoted(plan.syms[k]) +
+                        " is not bound by any input or parameter (is a parameter missing from the store?)");
   return s;
 }
 
@@ -220,7 +227,11 @@ void executor<T>::impl::bind(std::span<const feed> given) {
     return;
   }
   const std::vector<const feed*> fed = match_feeds(plan, given, std::is_same_v<T, double>);  // 1
-  std::vector<std::int64_t> s = bind_symbols(plan, fed);                                   // 2
+  std::vector<const dims_t*> param_dims(static_cast<std::size_t>(n), nullptr);
+  for (int i = 0; i < n; ++i)
+    if (is_param(plan, i) && params->contains(plan.order[i]->name))
+      param_dims[static_cast<std::size_t>(i)] = &params->value(plan.order[i]->name).dims();
+  std::vector<std::int64_t> s = bind_symbols(plan, fed, param_dims);                       // 2
   std::vector<dims_t> nd;
   std::vector<std::array<std::int64_t, 2>> na;
   node_dims(plan, *params, s, nd, na);                                                     // 3

@@ -1,6 +1,9 @@
 // Parameter initialisation: PyTorch's defaults for the layer that owns each parameter
 // (see init_kind), from a seeded generator.
 #include <cmath>
+#include <string>
+
+#include "loom/core/errors.hpp"
 
 #include "loom/core/random.hpp"
 #include "loom/graph/graph.hpp"
@@ -8,14 +11,28 @@
 namespace loom {
 
 template <class T>
-void init_params(const plan_view& plan, param_store<T>& store, std::uint64_t seed) {
+void init_params(const plan_view& plan, param_store<T>& store, std::uint64_t seed,
+                 std::span<const std::pair<std::string_view, std::int64_t>> dims_by_name) {
+  // a named dim of a parameter (dyn<"V">) takes its size from dims_by_name
+  auto size_of = [&](const node_desc& d, int axis) -> std::int64_t {
+    const dim_expr& e = d.dims[axis];
+    if (e.is_fixed()) return e.constant;
+    for (const auto& [name, size] : dims_by_name)
+      if (e.n_syms == 1 && name == e.syms[0]) {
+        if (size < 0) throw value_error("init_params: dim \"" + std::string(name) + "\" cannot be negative");
+        return size;
+      }
+    throw value_error("init_params: parameter \"" + std::string(d.name) + "\" has the named dim \"" +
+                      std::string(e.syms[0]) + "\": give its size (make_params(seed, {{\"" + std::string(e.syms[0]) +
+                      "\", n}}))");
+  };
   rng gen(seed);
   for (int i = 0; i < plan.size(); ++i) {
     const node_desc* d = plan.order[static_cast<std::size_t>(i)];
     if (d->op->role != node_role::param || store.contains(d->name)) continue;
     dims_t dims;
     dims.rank = d->rank;
-    for (int a = 0; a < d->rank; ++a) dims.d[a] = d->dims[a].constant;
+    for (int a = 0; a < d->rank; ++a) dims.d[a] = size_of(*d, a);
     tensor<T> t(dims);
     const double fan_in = d->rank >= 2 ? static_cast<double>(dims.d[1]) : 1.0;
     const double fan_out = d->rank >= 1 ? static_cast<double>(dims.d[0]) : 1.0;
@@ -48,7 +65,16 @@ void init_params(const plan_view& plan, param_store<T>& store, std::uint64_t see
   }
 }
 
+template <class T>
+void init_params(const plan_view& plan, param_store<T>& store, std::uint64_t seed) {
+  init_params(plan, store, seed, {});
+}
+
 template void init_params<float>(const plan_view&, param_store<float>&, std::uint64_t);
 template void init_params<double>(const plan_view&, param_store<double>&, std::uint64_t);
+template void init_params<float>(const plan_view&, param_store<float>&, std::uint64_t,
+                                 std::span<const std::pair<std::string_view, std::int64_t>>);
+template void init_params<double>(const plan_view&, param_store<double>&, std::uint64_t,
+                                  std::span<const std::pair<std::string_view, std::int64_t>>);
 
 }  // namespace loom

@@ -168,11 +168,19 @@ plan make_plan(family f, const tensor_file& file, const param_store<T>& params, 
   for (const auto& [name, e] : params)
     if (name.starts_with(lp) && belongs(f, std::string_view(name).substr(lp.size())))
       p.targets.push_back(name.substr(lp.size()));
+  // an attention layer built without biases (mha_options{.bias = false}) has none in the store
+  const bool store_bias_free = f == family::attention && !p.targets.empty() &&
+                               std::none_of(p.targets.begin(), p.targets.end(), [](const std::string& t) { return is_bias(t); });
   if (f == family::attention) {
     for (std::string_view n : attention_names)
-      if (std::find(p.targets.begin(), p.targets.end(), n) == p.targets.end())
+      if (std::find(p.targets.begin(), p.targets.end(), n) == p.targets.end() && !(store_bias_free && is_bias(n)))
         p.differences.push_back("the store has no parameter " + in_quotes(lp + std::string(n)) +
                                 " (create the store from the graph with make_params before loading)");
+    if (store_bias_free)
+      for (const auto& [relative, src] : p.sources)
+        if (is_bias(relative))
+          p.differences.push_back(in_quotes(src.torch_name) + ": the file has biases, the loom layer under " +
+                                  in_quotes(lp) + " has none (built with mha_options{.bias = false})");
   } else if (p.targets.empty()) {
     p.differences.push_back("the store has no parameter named " + in_quotes(lp + "encoder.*") + " or " +
                             in_quotes(lp + "decoder.*") +
@@ -206,6 +214,7 @@ plan make_plan(family f, const tensor_file& file, const param_store<T>& params, 
   if (options.strict)
     for (const auto& [relative, src] : p.sources) {
       if (std::find(p.targets.begin(), p.targets.end(), relative) != p.targets.end()) continue;
+      if (store_bias_free && is_bias(relative)) continue;  // listed above
       std::string line = "unexpected tensor " + in_quotes(src.torch_name) + " " + src.stored->shape_str() +
                          ": no loom parameter " + in_quotes(lp + relative);
       if (relative == "bias_k" || relative == "bias_v" || relative.ends_with(".bias_k") ||
@@ -275,8 +284,9 @@ tensor_file export_module(family f, const param_store<T>& params, prefixes names
     }
   }
   if (f == family::attention) {
+    const bool bias_free = !params.contains(lp + "in_proj_bias") && !params.contains(lp + "out_proj.bias");
     for (std::string_view n : attention_names)
-      if (!params.contains(lp + std::string(n)))
+      if (!params.contains(lp + std::string(n)) && !(bias_free && is_bias(n)))
         throw missing_error(std::string(function) + ": the store has no parameter " + in_quotes(lp + std::string(n)));
   } else if (found == 0) {
     throw missing_error(std::string(function) + ": the store has no parameter named " + in_quotes(lp + "encoder.*") +

@@ -111,6 +111,33 @@ std::int64_t kv_cache<T>::append(const executor<T>& run) {
 }
 
 template <class T>
+void kv_cache<T>::reorder(std::span<const std::int64_t> from) {
+  if (static_cast<std::int64_t>(from.size()) != batch_)
+    throw value_error("kv_cache::reorder: " + std::to_string(from.size()) + " origins for a cache of batch " +
+                      std::to_string(batch_));
+  for (std::size_t b = 0; b < from.size(); ++b)
+    if (from[b] < 0 || from[b] >= batch_)
+      throw value_error("kv_cache::reorder: origin " + std::to_string(from[b]) + " of sequence " + std::to_string(b) +
+                        " is outside [0, " + std::to_string(batch_) + ")");
+  if (length_ == 0) return;  // nothing cached yet
+  for (block& blk : blocks_) {
+    // per sequence, its heads' first length() rows: gather them, then write them back
+    const std::int64_t per_head = length_ * blk.head_dim, per_seq = blk.heads * per_head;
+    scratch_.resize(static_cast<std::size_t>(batch_ * per_seq));
+    T* data = blk.storage.data();
+    for (std::int64_t b = 0; b < batch_; ++b)
+      for (std::int64_t h = 0; h < blk.heads; ++h)
+        std::memcpy(scratch_.data() + b * per_seq + h * per_head,
+                    data + ((from[static_cast<std::size_t>(b)] * blk.heads + h) * capacity_) * blk.head_dim,
+                    static_cast<std::size_t>(per_head) * sizeof(T));
+    for (std::int64_t b = 0; b < batch_; ++b)
+      for (std::int64_t h = 0; h < blk.heads; ++h)
+        std::memcpy(data + ((b * blk.heads + h) * capacity_) * blk.head_dim, scratch_.data() + b * per_seq + h * per_head,
+                    static_cast<std::size_t>(per_head) * sizeof(T));
+  }
+}
+
+template <class T>
 void kv_cache<T>::truncate(std::int64_t length) {
   if (length < 0 || length > length_)
     throw value_error("kv_cache: cannot truncate " + std::to_string(length_) + " positions to " +

@@ -1,45 +1,42 @@
 // add and sum kernels.
-//   add: y = a + b, b's shape a suffix of a's (broadcast over a's leading axes);
-//        da += dy;  db += Σ over the leading axes of dy.
+//   add: y = a + b, the two broadcast onto y (broadcast.hpp);
+//        da += dy and db += dy, each summed over the axes its operand broadcasts along.
 //   sum: y = Σ x;  dx += dy.
 #include <algorithm>
 
+#include "broadcast.hpp"
 #include "kernel.hpp"
 #include "loom/ops/add.hpp"
 #include "parallel.hpp"
-#include "reduce.hpp"
 
 namespace loom::ops {
 
 template <class T>
 void add_kernel<T>::forward(const op_args<T>& a) {
-  const std::int64_t n = a.out_dims.size();
-  const std::int64_t m = a.in_dims[1].size();
   const T* x = a.input(0);
   const T* b = a.input(1);
   T* y = a.out;
-  if (m == 0) return;
-  for_chunks(n / m, grain_for(m), [&](std::int64_t r0, std::int64_t r1) {
-    for (std::int64_t r = r0; r < r1; ++r)
-      for (std::int64_t j = 0; j < m; ++j) y[r * m + j] = x[r * m + j] + b[j];
-  });
+  broadcast_layout(a.out_dims, a.in_dims[0], a.in_dims[1]).elementwise(x, b, y, [](T u, T v) { return u + v; });
 }
 
 template <class T>
 void add_kernel<T>::backward(const op_args<T>& a) {
-  const std::int64_t n = a.out_dims.size();
-  const std::int64_t m = a.in_dims[1].size();
   const T* dy = a.dout;
-  if (m == 0) return;
-  if (T* dx = a.grad(0)) {
-    with_fresh(a.fresh(0), [&](auto fresh) {
-      for_chunks(n, 1 << 15, [&](std::int64_t b, std::int64_t e) {
-        for (std::int64_t i = b; i < e; ++i) put<fresh()>(dx[i], dy[i]);
+  const broadcast_layout l(a.out_dims, a.in_dims[0], a.in_dims[1]);
+  // add(x, x) passes one gradient buffer twice: the two sums run one after the other
+  for (int i = 0; i < 2; ++i) {
+    T* d = a.grad(i);
+    if (!d) continue;
+    if (a.in_dims[static_cast<std::size_t>(i)] == a.out_dims) {  // not broadcast: dx = dy
+      with_fresh(a.fresh(i), [&](auto fresh) {
+        for_chunks(a.out_dims.size(), 1 << 15, [&](std::int64_t b, std::int64_t e) {
+          for (std::int64_t j = b; j < e; ++j) put<fresh()>(d[j], dy[j]);
+        });
       });
-    });
+    } else {
+      l.reduce_into(i, d, a.fresh(i), [&](std::int64_t o, std::int64_t) { return dy[o]; });
+    }
   }
-  if (T* db = a.grad(1))  // db = Σ_rows dy
-    sum_over_rows(n / m, m, column_sum{db, a.fresh(1), [&](std::int64_t r, std::int64_t j) { return dy[r * m + j]; }});
 }
 
 template <class T>

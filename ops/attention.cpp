@@ -10,12 +10,15 @@
 #include <cmath>
 #include <limits>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "blas.hpp"
+#include "dropout_mask.hpp"
 #include "fused_attention.hpp"
 #include "loom/core/errors.hpp"
+#include "mask_strides.hpp"
 #include "parallel.hpp"
 #include "vector_isa.hpp"
 #include "vmath.hpp"
@@ -60,7 +63,8 @@ operand<P> make_operand(P* base, const strided_dims& v, const std::array<std::in
   return o;
 }
 
-/// The masks: a range of keys [lo, hi) per row (causal, padding, left padding), and boolean masks.
+/// The masks: a range of keys [lo, hi) per row (causal, padding, left padding), boolean masks
+/// and float masks added to the scores.
 struct row_masks {
   std::int64_t T = 0, S = 0, rows_per_seq = 1;
   bool causal = false;
@@ -71,6 +75,13 @@ struct row_masks {
     std::int64_t row = 0, col = 0;  // strides along T and S (0: broadcast)
   };
   std::vector<allowed_mask> allowed;
+  struct added_mask {
+    const void* data = nullptr;     // T: the executor's scalar
+    std::vector<std::int64_t> off;  // per entry
+    std::int64_t row = 0, col = 0;  // strides along T and S (0: broadcast)
+    int input = -1;                 // the node's input it is
+  };
+  std::vector<added_mask> added;
 
   std::pair<std::int64_t, std::int64_t> range(std::int64_t n, std::int64_t i) const {
     std::int64_t lo = 0, hi = S;
@@ -93,6 +104,10 @@ struct row_masks {
       const std::uint8_t* mr = m.data + m.off[static_cast<std::size_t>(n)] + i * m.row;
       for (std::int64_t j = lo; j < hi; ++j) row[j - j0] = mr[j * m.col] ? row[j - j0] : neg_inf;
     }
+    for (const added_mask& m : added) {
+      const T_* mr = static_cast<const T_*>(m.data) + m.off[static_cast<std::size_t>(n)] + i * m.row;
+      for (std::int64_t j = lo; j < hi; ++j) row[j - j0] += mr[j * m.col];
+    }
   }
 };
 
@@ -105,6 +120,14 @@ struct problem {
   int nb = 0;
   operand<const T> q, k, v, o;
   row_masks masks;
+  std::optional<dropout_mask> drop;  // dropout on the weights, when training
+  T keep_scale = 1;                   // 1 / (1 − P)
+
+  /// Scales row i of entry n's weights over keys [j0, j0 + w) by dropout's m / (1 − P).
+  void apply_dropout(std::int64_t n, std::int64_t i, std::int64_t j0, std::int64_t w, T* row) const {
+    const std::int64_t first = (n * rows + i) * keys + j0;  // the element's index in the weights [.., T, S]
+    for (std::int64_t j = 0; j < w; ++j) row[j] = drop->keep(first + j) ? row[j] * keep_scale : T(0);
+  }
 
   explicit problem(const op_args<T>& a) : p(static_cast<const attention_params*>(a.fused)) {
     const strided_dims qv = apply_view(p->q, a.in_dims[0], a.mat_stride(0));
@@ -122,6 +145,10 @@ struct problem {
     d = q.cols;
     dv = v.cols;
     mask_setup(a);
+    if (p->dropout > 0 && a.training) {
+      drop.emplace(a.template input<std::int32_t>(p->dropout_seed), p->dropout_hash, p->dropout);
+      keep_scale = p->dropout < 1 ? static_cast<T>(1.0 / (1.0 - p->dropout)) : T(0);
+    }
   }
   template <class P>
   operand<P> entries(P* base, const strided_dims& view) const {
@@ -134,11 +161,36 @@ struct problem {
     // sequence b of padding masks: the scores' first axis (as the unfused mask kernels)
     const std::int64_t b0 = nb > 0 ? batch[0] : rows;
     masks.rows_per_seq = b0 > 0 ? std::max<std::int64_t>(1, N * rows / b0) : 1;
+    // the scores' batch dims as the masks see them: with grouped queries, the groups merged
+    // into heads (entry n is the same entry in both)
+    std::array<std::int64_t, max_rank> frame{};
+    int nf = 0;
+    for (int ax = 0; ax < nb; ++ax) {
+      if (p->merge_axis >= 0 && ax == p->merge_axis + 1) frame[nf - 1] *= batch[ax];
+      else frame[nf++] = batch[ax];
+    }
+    // per entry, the offset of a mask whose strides along the scores' axes are `stride`
+    auto entry_offsets = [&](const std::array<std::int64_t, max_rank>& stride) {
+      std::vector<std::int64_t> off(static_cast<std::size_t>(N));
+      for (std::int64_t n = 0; n < N; ++n) {
+        std::int64_t at = 0, rest = n;
+        for (int ax = nf - 1; ax >= 0; --ax) {
+          at += (rest % frame[ax]) * stride[ax];
+          rest /= frame[ax];
+        }
+        off[static_cast<std::size_t>(n)] = at;
+      }
+      return off;
+    };
     for (const auto& m : p->masks) {
+      if (m.kind == attention_params::mask::causal) {  // no input
+        masks.causal = true;
+        continue;
+      }
       const void* data = a.in[static_cast<std::size_t>(m.input)];
       const dims_t& md = a.in_dims[static_cast<std::size_t>(m.input)];
       switch (m.kind) {
-        case attention_params::mask::causal: masks.causal = true; break;
+        case attention_params::mask::causal: break;
         case attention_params::mask::padding:
         case attention_params::mask::left_padding: {
           const auto* len = static_cast<const std::int32_t*>(data);
@@ -153,29 +205,14 @@ struct problem {
           (left ? masks.first : masks.len).push_back(len);
           break;
         }
-        case attention_params::mask::boolean: {
-          // the mask's dims align right with the scores' [batch.., T, S]; size 1 broadcasts
-          row_masks::allowed_mask am;
-          am.data = static_cast<const std::uint8_t*>(data);
-          std::array<std::int64_t, max_rank> stride{};
-          std::int64_t st = 1;
-          const int sr = nb + 2;
-          for (int ax = md.rank - 1; ax >= 0; --ax) {
-            stride[sr - md.rank + ax] = md.d[ax] == 1 ? 0 : st;
-            st *= md.d[ax];
-          }
-          am.row = stride[sr - 2];
-          am.col = stride[sr - 1];
-          am.off.resize(static_cast<std::size_t>(N));
-          for (std::int64_t n = 0; n < N; ++n) {
-            std::int64_t off = 0, rest = n;
-            for (int ax = nb - 1; ax >= 0; --ax) {
-              off += (rest % batch[ax]) * stride[ax];
-              rest /= batch[ax];
-            }
-            am.off[static_cast<std::size_t>(n)] = off;
-          }
-          masks.allowed.push_back(std::move(am));
+        case attention_params::mask::boolean: {  // broadcast onto [frame.., T, S]
+          const auto stride = mask_strides(md, nf + 2, m.lead);
+          masks.allowed.push_back({static_cast<const std::uint8_t*>(data), entry_offsets(stride), stride[nf], stride[nf + 1]});
+          break;
+        }
+        case attention_params::mask::additive: {
+          const auto stride = mask_strides(md, nf + 2, 0);
+          masks.added.push_back({data, entry_offsets(stride), stride[nf], stride[nf + 1], m.input});
           break;
         }
       }
@@ -234,6 +271,7 @@ LOOM_VECTOR_CLONES void forward_rows(const problem<T>& pr, T* out, T* lse, std::
       if (alpha != T(1))
         for (std::int64_t c = 0; c < dv; ++c) acc[ri * dv + c] *= alpha;
       m[ri] = m_new;
+      if (pr.drop) pr.apply_dropout(n, r0 + ri, j0, w, row);  // the normaliser l keeps every key
     }
     gemm<T>(false, false, rows, dv, w, T(1), s, w, pr.v.at(n, j0), pr.v.ld, T(1), acc, dv);
   }
@@ -248,14 +286,17 @@ LOOM_VECTOR_CLONES void forward_rows(const problem<T>& pr, T* out, T* lse, std::
 // Entry n's gradients: dq, dk, dv (each may be null) added to; blocks recomputed from lse.
 template <class T>
 LOOM_VECTOR_CLONES void backward_entry(const problem<T>& pr, const operand<const T>& dout, const operand<T>& dq, const operand<T>& dk,
-                    const operand<T>& dvv, const T* lse, std::int64_t n) {
+                    const operand<T>& dvv, const std::vector<T*>& dmask, const T* lse, std::int64_t n) {
+  bool any_dmask = false;
+  for (T* g : dmask) any_dmask = any_dmask || g;
   const T neg_inf = -std::numeric_limits<T>::infinity();
   const T c = static_cast<T>(pr.p->scale);
   for (std::int64_t r0 = 0; r0 < pr.rows; r0 += query_block) {
     const std::int64_t r1 = std::min(pr.rows, r0 + query_block), rows = r1 - r0;
-    T* p = scratch<T>(static_cast<std::size_t>(rows * (2 * key_block + 1)));
+    T* p = scratch<T>(static_cast<std::size_t>(rows * (3 * key_block + 1)));
     T* dp = p + rows * key_block;
     T* dsum = dp + rows * key_block;  // D = rowsum(do ⊙ o)
+    T* pd = dsum + rows;              // with dropout: p ⊙ m / (1 − P)
     for (std::int64_t ri = 0; ri < rows; ++ri) dsum[ri] = lane_dot(dout.at(n, r0 + ri), pr.o.at(n, r0 + ri), pr.dv);
     const auto [klo, khi] = pr.key_span(n, r0, r1);
     for (std::int64_t j0 = klo; j0 < khi; j0 += key_block) {
@@ -269,12 +310,29 @@ LOOM_VECTOR_CLONES void backward_entry(const problem<T>& pr, const operand<const
         else
           for (std::int64_t j = 0; j < w; ++j) row[j] = vexp(row[j] - l);
       }
-      if (dvv.base)  // dv += pᵀ do
-        gemm<T>(true, false, w, pr.dv, rows, T(1), p, w, dout.at(n, r0), dout.ld, T(1), dvv.at(n, j0), dvv.ld);
-      if (!dq.base && !dk.base) continue;
+      const T* used = p;  // the weights o was made with
+      if (pr.drop) {
+        std::copy(p, p + rows * w, pd);
+        for (std::int64_t ri = 0; ri < rows; ++ri) pr.apply_dropout(n, r0 + ri, j0, w, pd + ri * w);
+        used = pd;
+      }
+      if (dvv.base)  // dv += (weights used)ᵀ do
+        gemm<T>(true, false, w, pr.dv, rows, T(1), used, w, dout.at(n, r0), dout.ld, T(1), dvv.at(n, j0), dvv.ld);
+      if (!dq.base && !dk.base && !any_dmask) continue;
       gemm<T>(false, true, rows, w, pr.dv, T(1), dout.at(n, r0), dout.ld, pr.v.at(n, j0), pr.v.ld, T(0), dp, w);
+      if (pr.drop)  // the gradient of the weights before dropout
+        for (std::int64_t ri = 0; ri < rows; ++ri) pr.apply_dropout(n, r0 + ri, j0, w, dp + ri * w);
       for (std::int64_t ri = 0; ri < rows; ++ri)  // ds = p ⊙ (dp − D)
         for (std::int64_t j = 0; j < w; ++j) dp[ri * w + j] = p[ri * w + j] * (dp[ri * w + j] - dsum[ri]);
+      for (std::size_t m = 0; m < dmask.size(); ++m) {  // an added mask's gradient: ds where it lies
+        T* g = dmask[m];
+        if (!g) continue;
+        const auto& am = pr.masks.added[m];
+        for (std::int64_t ri = 0; ri < rows; ++ri) {
+          T* gr = g + am.off[static_cast<std::size_t>(n)] + (r0 + ri) * am.row + j0 * am.col;
+          for (std::int64_t j = 0; j < w; ++j) gr[j * am.col] += dp[ri * w + j];
+        }
+      }
       if (dq.base) gemm<T>(false, false, rows, pr.d, w, c, dp, w, pr.k.at(n, j0), pr.k.ld, T(1), dq.at(n, r0), dq.ld);
       if (dk.base) gemm<T>(true, false, w, pr.d, rows, c, dp, w, pr.q.at(n, r0), pr.q.ld, T(1), dk.at(n, j0), dk.ld);
     }
@@ -314,6 +372,12 @@ void attention_kernel<T>::backward(const op_args<T>& a) {
     return g ? pr.entries(g, apply_view(chain, a.in_dims[static_cast<std::size_t>(i)])) : operand<T>{};
   };
   const operand<T> dq = grad(0, p.q), dk = grad(1, p.k), dv = grad(2, p.v);
+  std::vector<T*> dmask;  // the added masks' gradients (null: none needed)
+  bool serial = false;
+  for (const auto& m : pr.masks.added) {
+    dmask.push_back(a.grad(m.input));
+    serial = serial || dmask.back();
+  }
   // entries that share their keys and values (grouped heads) run in one task, in order
   std::map<std::pair<std::int64_t, std::int64_t>, std::vector<std::int64_t>> by_kv;
   for (std::int64_t n = 0; n < pr.N; ++n)
@@ -328,13 +392,13 @@ void attention_kernel<T>::backward(const op_args<T>& a) {
       const auto [at, fresh] = q_group.emplace(pr.q.off[static_cast<std::size_t>(n)], g);
       shared_query = shared_query || (!fresh && at->second != g);
     }
-  if (shared_query) {
+  if (shared_query || serial) {  // entries share what they write: one task, in order
     groups.assign(1, {});
     for (std::int64_t n = 0; n < pr.N; ++n) groups[0].push_back(n);
   }
   for_chunks(static_cast<std::int64_t>(groups.size()), 1, [&](std::int64_t g0, std::int64_t g1) {
     for (std::int64_t g = g0; g < g1; ++g)
-      for (std::int64_t n : groups[static_cast<std::size_t>(g)]) backward_entry(pr, dout, dq, dk, dv, a.saved, n);
+      for (std::int64_t n : groups[static_cast<std::size_t>(g)]) backward_entry(pr, dout, dq, dk, dv, dmask, a.saved, n);
   });
 }
 

@@ -1,12 +1,17 @@
-// The attention fusion rule: finds  matmul(softmax(mask..(scale(matmul(q, kᵀ)))), v)  — with the
-// heads' split below q, k, v and their merge above the output when those are plain views — and
-// makes it one attention node (ops/fused_attention.hpp).
+// The attention fusion rule: finds  matmul([dropout](softmax(mask..(scale(matmul(q, kᵀ))))), v)  —
+// with the heads' split below q, k, v and their merge above the output when those are plain
+// views, masks of every kind (causal, padding, left padding, boolean, a float mask added to the
+// scores), dropout on the weights, and grouped-query attention's split of the query heads into
+// groups (the scores merged back into heads for the masks, the weights split again) — and makes
+// it one attention node (ops/fused_attention.hpp).
 #include <algorithm>
 #include <memory>
 
 #include "fused_attention.hpp"
 #include "fusion.hpp"
+#include "loom/ops/add.hpp"
 #include "loom/ops/concat.hpp"
+#include "loom/ops/dropout.hpp"
 #include "loom/ops/mask.hpp"
 #include "loom/ops/matmul.hpp"
 #include "loom/ops/reshape.hpp"
@@ -20,6 +25,13 @@ bool same_dim(const plan_dim& a, const plan_dim& b) {
   if (a.constant != b.constant || a.n_syms != b.n_syms) return false;
   for (int s = 0; s < a.n_syms; ++s)
     if (a.sym[s] != b.sym[s]) return false;
+  return true;
+}
+
+bool same_dims(const plan_view& p, int a, int b) {
+  if (p.order[a]->rank != p.order[b]->rank) return false;
+  for (int k = 0; k < p.order[a]->rank; ++k)
+    if (!same_dim(p.dims[a][k], p.dims[b][k])) return false;
   return true;
 }
 
@@ -98,51 +110,87 @@ bool is_matmul(const node_desc& d, bool trans_a, bool trans_b) {
 }
 
 std::optional<fusion> attention_rule(const plan_view& p, int root, std::span<const std::uint8_t> absorbable) {
-  // the output side: o, or transpose(o), or reshape-merge(transpose(o)) — where o lies in the root
   auto f = std::make_shared<attention_params>();
   fusion r;
   r.op = &attention_entry;
   r.root = root;
+  // the output side: o under merges of two axes and transposes (the heads merged back, the
+  // query groups of grouped-query attention merged into heads) — where o lies in the root
   int o = root;
-  if (p.order[root]->op == &reshape_entry && merge_axis(p, root) >= 0) {
-    const int t = p.inputs(root)[0];
-    if (p.order[t]->op != &transpose_entry || !only_for(p, absorbable, t, root)) return std::nullopt;
-    const int a = merge_axis(p, root);
-    f->out.push_back({.kind = view_step::split, .axis = a, .size = p.dims[t][a + 1].constant});
-    o = t;
-  }
-  if (p.order[o]->op == &transpose_entry) {
-    const auto perm = load_attrs<transpose_attrs>(*p.order[o]).perm;
-    view_step back{.kind = view_step::permute};
-    for (int a = 0; a < p.order[o]->rank; ++a) back.perm[perm[a]] = static_cast<std::int8_t>(a);
-    f->out.push_back(back);
+  for (;;) {
+    const node_desc& d = *p.order[o];
+    view_step back;
+    if (d.op == &reshape_entry && merge_axis(p, o) >= 0) {
+      const int a = merge_axis(p, o);
+      back = {.kind = view_step::split, .axis = a, .size = p.dims[p.inputs(o)[0]][a + 1].constant};
+    } else if (d.op == &transpose_entry) {
+      const auto perm = load_attrs<transpose_attrs>(d).perm;
+      back.kind = view_step::permute;
+      for (int a = 0; a < d.rank; ++a) back.perm[perm[a]] = static_cast<std::int8_t>(a);
+    } else {
+      break;
+    }
     const int below = p.inputs(o)[0];
-    if (o != root) r.absorbed.push_back(o);
     if (!only_for(p, absorbable, below, o)) return std::nullopt;
+    f->out.push_back(back);
     r.absorbed.push_back(below);
     o = below;
-  } else if (o != root) {
-    return std::nullopt;
   }
-  // o = matmul(weights, v), weights = softmax(masks(scale(matmul(q, kᵀ))))
+  // o = matmul(weights, v), weights = softmax(masks(scale(matmul(q, kᵀ)))); with grouped
+  // queries, weights = split(softmax(..)) and the scores merge(matmul(q, kᵀ)), the masks seeing
+  // the query groups merged into heads
   if (!is_matmul(*p.order[o], false, false)) return std::nullopt;
-  const int weights = p.inputs(o)[0], v = p.inputs(o)[1];
-  if (p.order[weights]->op != &softmax_entry || !only_for(p, absorbable, weights, o)) return std::nullopt;
+  int weights = p.inputs(o)[0];
+  const int v = p.inputs(o)[1];
+  int above = o;
+  int group_axis = -1;
+  long group_size = 0;
+  if (p.order[weights]->op == &reshape_entry && split_axis(p, weights) >= 0) {
+    if (!only_for(p, absorbable, weights, o)) return std::nullopt;
+    group_axis = split_axis(p, weights);
+    group_size = p.dims[weights][group_axis + 1].constant;
+    r.absorbed.push_back(weights);
+    above = weights;
+    weights = p.inputs(weights)[0];
+  }
+  int drop_seed = -1;
+  if (p.order[weights]->op == &dropout_entry) {  // dropout on the weights: its mask is applied inside
+    if (!only_for(p, absorbable, weights, above)) return std::nullopt;
+    f->dropout = load_attrs<dropout_attrs>(*p.order[weights]).p;
+    f->dropout_hash = p.order[weights]->hash;
+    drop_seed = p.inputs(weights)[1];
+    r.absorbed.push_back(weights);
+    above = weights;
+    weights = p.inputs(weights)[0];
+  }
+  if (p.order[weights]->op != &softmax_entry || !only_for(p, absorbable, weights, above)) return std::nullopt;
   r.absorbed.push_back(weights);
-  int x = p.inputs(weights)[0], above = weights;
+  int x = p.inputs(weights)[0];
+  above = weights;
   std::vector<attention_params::mask> masks;
   std::vector<int> mask_inputs;
   for (;;) {
     const node_desc& d = *p.order[x];
     attention_params::mask m;
-    if (d.op == &mask_causal_entry) m.kind = attention_params::mask::causal;
-    else if (d.op == &mask_padding_entry)
-      m.kind = load_attrs<mask_padding_attrs>(d).left ? attention_params::mask::left_padding : attention_params::mask::padding;
-    else if (d.op == &mask_bool_entry) m.kind = attention_params::mask::boolean;
-    else break;
+    if (d.op == &mask_causal_entry) {
+      m.kind = attention_params::mask::causal;
+    } else if (d.op == &mask_padding_entry) {
+      m.kind = load_attrs<mask_padding_attrs>(d).left ? attention_params::mask::left_padding
+                                                      : attention_params::mask::padding;
+    } else if (d.op == &mask_bool_entry) {
+      m.kind = attention_params::mask::boolean;
+      m.lead = static_cast<int>(load_attrs<mask_bool_attrs>(d).lead);
+    } else if (d.op == &add_entry && same_dims(p, x, p.inputs(x)[0]) && p.inputs(x)[0] != p.inputs(x)[1] &&
+               p.order[p.inputs(x)[1]]->elem == dtype::real) {
+      m.kind = attention_params::mask::additive;  // a float mask added to the scores
+    } else {
+      break;
+    }
     if (!only_for(p, absorbable, x, above)) return std::nullopt;
-    if (m.kind != attention_params::mask::causal) mask_inputs.push_back(p.inputs(x)[1]);
-    m.input = m.kind == attention_params::mask::causal ? -1 : 2 + static_cast<int>(mask_inputs.size());
+    if (m.kind != attention_params::mask::causal) {
+      mask_inputs.push_back(p.inputs(x)[1]);
+      m.input = 2 + static_cast<int>(mask_inputs.size());
+    }
     masks.push_back(m);
     r.absorbed.push_back(x);
     above = x;
@@ -154,6 +202,15 @@ std::optional<fusion> attention_rule(const plan_view& p, int root, std::span<con
     r.absorbed.push_back(x);
     above = x;
     x = p.inputs(x)[0];
+  }
+  if (group_axis >= 0) {  // the scores' merge must undo the weights' split
+    if (p.order[x]->op != &reshape_entry || merge_axis(p, x) != group_axis ||
+        p.dims[p.inputs(x)[0]][group_axis + 1].constant != group_size || !only_for(p, absorbable, x, above))
+      return std::nullopt;
+    r.absorbed.push_back(x);
+    above = x;
+    x = p.inputs(x)[0];
+    f->merge_axis = group_axis;
   }
   if (!is_matmul(*p.order[x], false, true) || !only_for(p, absorbable, x, above)) return std::nullopt;
   r.absorbed.push_back(x);
@@ -169,6 +226,10 @@ std::optional<fusion> attention_rule(const plan_view& p, int root, std::span<con
   const int v_base = view_below(p, absorbable, v, o, f->v, r.absorbed);
   r.inputs = {q_base, k_base, v_base};
   r.inputs.insert(r.inputs.end(), mask_inputs.begin(), mask_inputs.end());
+  if (drop_seed >= 0) {
+    f->dropout_seed = static_cast<int>(r.inputs.size());
+    r.inputs.push_back(drop_seed);
+  }
   if (r.inputs.size() > 8) return std::nullopt;  // backward_reads covers eight inputs
   f->masks = std::move(masks);
   std::sort(r.absorbed.begin(), r.absorbed.end());

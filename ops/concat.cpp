@@ -27,8 +27,7 @@ void concat_kernel<T>::forward(const op_args<T>& a) {
   for (std::size_t i = 0; i < a.in.size(); ++i) {
     const T* x = a.input(static_cast<int>(i));
     const std::int64_t chunk = a.in_dims[i].d[axis] * inner;
-    if (chunk == 0) continue;  // an empty input (its data may be null, which memcpy may not take)
-    if (i == 0 && in_place) {
+    if ((i == 0 && in_place) || chunk == 0) {  // in place already, or empty (an empty cache: no data)
       offset += chunk;
       continue;
     }

@@ -1,6 +1,10 @@
 // attention (fused): the pattern
 //
-//   o = matmul(softmax(mask_k(..mask_1(scale_c(matmul(q, kᵀ))))), v)
+//   o = matmul([dropout](softmax(mask_k(..mask_1(scale_c(matmul(q, kᵀ)))))), v)
+//
+// masks: causal, padding, left padding, boolean (mask_bool), additive (add of a float mask,
+// broadcast); with grouped-query attention q [.., Hkv, G, T, d] meets k, v [.., Hkv, 1, S, d]
+// and the masks see the scores [.., Hkv·G, T, S] (merge_axis).
 //
 // run as one node (a plan rewrite: ops/attention_fusion.cpp finds it; the user writes the
 // primitives). q [.., T, d], k [.., S, d], v [.., S, dv] -> o [.., T, dv], read and written
@@ -13,6 +17,12 @@
 //   backward: per batch × head (each task owns its dk, dv: no atomics), blocks recomputed from
 //            lse: p = e^(c · q kᵀ − lse) (masked: 0), D = rowsum(do ⊙ o),
 //            dv += pᵀ do,  dp = do vᵀ,  ds = p ⊙ (dp − D),  dq += c · ds k,  dk += c · dsᵀ q
+//            with dropout (training only) the weights p become p ⊙ m / (1 − P) in o and dv, and
+//            dp is multiplied by the same m / (1 − P) before ds (D = rowsum(do ⊙ o) still holds);
+//            m is loom::dropout's mask of the absorbed node, element (entry, row, key) of the
+//            weights — the same bits as unfused;
+//            an additive mask's gradient (when it has one) is ds summed over the axes it
+//            broadcasts along; then every entry runs in one task, in order.
 //   A row whose keys are all masked gives zeros (lse = −∞), as softmax does.
 #pragma once
 
@@ -30,10 +40,18 @@ struct attention_params {
   view_chain q, k, v;  // applied to the dims of the node's inputs 0, 1, 2
   view_chain out;      // applied to the node's own dims: where o [.., T, dv] sits in its value
   struct mask {
-    enum kind_t : std::uint8_t { causal, padding, left_padding, boolean } kind = causal;
-    int input = -1;  // the node's input holding its lengths, first keys or booleans
+    enum kind_t : std::uint8_t { causal, padding, left_padding, boolean, additive } kind = causal;
+    int input = -1;  // the node's input holding its lengths, first keys, booleans or float mask
+    int lead = 0;    // boolean: the mask's first `lead` axes align with the scores' first (mask_bool<L>)
   };
   std::vector<mask> masks;
+  // grouped queries: the masks see q's batch axes merge_axis and merge_axis + 1 as one (−1: none)
+  int merge_axis = -1;
+  // dropout on the weights (an absorbed dropout node): its probability, its structural hash
+  // (which keys its mask, as the unfused kernel's) and the node's input holding the seed
+  double dropout = 0;
+  std::uint64_t dropout_hash = 0;
+  int dropout_seed = -1;
 };
 
 template <class T>

@@ -12,12 +12,27 @@
 #include "kernel.hpp"
 #include "loom/ops/mask.hpp"
 #include "loom/core/errors.hpp"
+#include "mask_strides.hpp"
 #include "parallel.hpp"
 
 namespace loom::ops {
 namespace {
 
 constexpr std::int64_t row_work = 4;
+
+}  // namespace
+
+std::array<std::int64_t, max_rank> mask_strides(const dims_t& mask, int score_rank, int lead) {
+  std::array<std::int64_t, max_rank> stride{};
+  std::int64_t st = 1;
+  for (int i = mask.rank - 1; i >= 0; --i) {
+    stride[detail::mask_axis_on_scores(i, mask.rank, score_rank, lead)] = mask.d[i] == 1 ? 0 : st;
+    st *= mask.d[i];
+  }
+  return stride;
+}
+
+namespace {
 
 // Row r keeps the keys [lo, hi) given by kept(r) and masks the others: forward writes x or −∞,
 // backward adds dy over the kept range. Plain loops over ranges: no branch per element.
@@ -97,13 +112,8 @@ void boolean(const op_args<T>& a, bool backward) {
   const dims_t& md = a.in_dims[1];
   const std::uint8_t* m = a.template input<std::uint8_t>(1);
   // stride of the mask along each axis of the scores (0 where the mask broadcasts)
-  std::array<std::int64_t, max_rank> stride{};
-  std::int64_t st = 1;
-  for (int i = md.rank - 1; i >= 0; --i) {
-    int si = sd.rank - md.rank + i;
-    stride[si] = md.d[i] == 1 ? 0 : st;
-    st *= md.d[i];
-  }
+  const std::array<std::int64_t, max_rank> stride =
+      mask_strides(md, sd.rank, static_cast<int>(a.template attrs<mask_bool_attrs>().lead));
   const std::int64_t s = sd[-1];
   const std::int64_t rows = s ? sd.size() / s : 0;
   const std::int64_t last_stride = stride[sd.rank - 1];

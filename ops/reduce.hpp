@@ -1,5 +1,6 @@
-// Deterministic sums over rows, per column: the gradients of a vector broadcast over rows (a
-// bias, layer norm's gamma and beta, mul's scale). Private to the kernels.
+// Deterministic sums over rows, per column: the gradients of a vector broadcast over rows
+// (layer norm's gamma and beta). Private to the kernels. Broadcasting in general (add, mul) sums
+// the same way through broadcast.hpp's broadcast_layout::reduce_into.
 #pragma once
 
 #include <algorithm>

@@ -105,6 +105,7 @@ MHA_SHAPES = [(8, 32, 64, 4), (8, 128, 128, 4), (4, 512, 256, 8), (1, 1024, 512,
 TINY = dict(d=64, h=4, ffn=256, enc=2, dec=2, src_vocab=32, tgt_vocab=32, batch=32, len=16)
 SMALL = dict(d=256, h=8, ffn=1024, enc=3, dec=3, src_vocab=1000, tgt_vocab=1000, batch=16, len=64)
 LM = dict(d=256, h=8, ffn=1024, layers=2, vocab=1000, prompt=16, new_tokens=128)
+GQA = dict(b=4, hq=16, hkv=4, t=512, d=64)
 
 
 def mha_name(kind, b, t, d, h):
@@ -115,7 +116,7 @@ def case_names():
     names = []
     for b, t, d, h in MHA_SHAPES:
         names += [mha_name("fwd", b, t, d, h), mha_name("fwdbwd", b, t, d, h)]
-    return names + ["tiny_train", "small_train", "small_train_recompute", "decode", "sgemm"]
+    return names + ["tiny_train", "small_train", "small_train_recompute", "gqa_fwd", "gqa_fwdbwd", "decode", "sgemm"]
 
 
 def mha_flop(b, t, d):
@@ -149,7 +150,15 @@ def case_flop(name):
         return 3 * seq2seq_flop(TINY)
     if name in ("small_train", "small_train_recompute"):
         return 3 * seq2seq_flop(SMALL)  # the recomputed forward is not counted
+    if name in ("gqa_fwd", "gqa_fwdbwd"):
+        return (1 if name == "gqa_fwd" else 3) * gqa_flop()
     return None
+
+
+def gqa_flop():
+    """GEMM FLOPs of causal attention alone, as loom counts them: scores and weights·V,
+    2·2·B·Hq·T·S·d, halved by the causal mask."""
+    return 0.5 * 4 * GQA["b"] * GQA["hq"] * GQA["t"] * GQA["t"] * GQA["d"]
 
 
 class Lcg:
@@ -229,6 +238,37 @@ def torch_mha(torch, p, fwd_only, b, t, d, h):
 
     r = time_calls(p, step)
     r["flop"] = 3 * mha_flop(b, t, d)
+    return r
+
+
+def torch_gqa(torch, p, backward):
+    """Grouped-query attention as PyTorch 2's F.scaled_dot_product_attention(enable_gqa=True) does
+    it, written out (1.13 has no SDPA): the key/value heads repeated to the query heads
+    (repeat_interleave: a copy), causal mask, softmax, weights·V; forward + backward of sum(out)."""
+    b, hq, hkv, t, d = GQA["b"], GQA["hq"], GQA["hkv"], GQA["t"], GQA["d"]
+    gen = torch.Generator().manual_seed(1)
+    q = (torch.rand(b, hq, t, d, generator=gen) * 2 - 1).requires_grad_(backward)
+    k = (torch.rand(b, hkv, t, d, generator=gen) * 2 - 1).requires_grad_(backward)
+    v = (torch.rand(b, hkv, t, d, generator=gen) * 2 - 1).requires_grad_(backward)
+    hidden = torch.ones(t, t, dtype=torch.bool).triu(1)
+    rss_before = peak_rss_mib()
+
+    def attend():
+        kk, vv = k.repeat_interleave(hq // hkv, dim=1), v.repeat_interleave(hq // hkv, dim=1)
+        s = (q @ kk.transpose(-2, -1)) / math.sqrt(d)
+        return torch.softmax(s.masked_fill(hidden, -math.inf), dim=-1) @ vv
+
+    if backward:
+        def step():
+            q.grad = k.grad = v.grad = None
+            attend().sum().backward()
+        r = time_calls(p, step)
+    else:
+        with torch.inference_mode():
+            r = time_calls(p, attend)
+    r["flop"] = (3 if backward else 1) * gqa_flop()
+    r["kv_expanded_mib"] = 2 * b * hq * t * d * 4 / 2 ** 20
+    r["rss_baseline_mib"], r["rss_peak_mib"] = rss_before, peak_rss_mib()
     return r
 
 
@@ -401,6 +441,8 @@ def run_torch_case(name, n, quick, threading):
         r = torch_train(torch, p, TINY)
     elif name in ("small_train", "small_train_recompute"):
         r = torch_train(torch, p, SMALL)  # loom's recomputation is compared with PyTorch's plain step
+    elif name in ("gqa_fwd", "gqa_fwdbwd"):
+        r = torch_gqa(torch, p, name == "gqa_fwdbwd")
     elif name == "decode":
         r = torch_decode(torch, p)
     elif name == "sgemm":
@@ -498,6 +540,8 @@ def fmt_time(s):
 LABELS = {"tiny_train": "train step, tiny enc–dec (d=64, h=4, 2+2, ffn 256, V=32, B=32, S=T=16)",
           "small_train": "train step, small enc–dec (d=256, h=8, 3+3, ffn 1024, V=1000, B=16, S=T=64)",
           "small_train_recompute": "the same, loom recomputing each layer in backward (PyTorch: its plain step)",
+          "gqa_fwd": "GQA attention forward, causal (B=4, Hq=16, Hkv=4, T=S=512, d=64)",
+          "gqa_fwdbwd": "GQA attention forward+backward, causal (B=4, Hq=16, Hkv=4, T=S=512, d=64)",
           "decode": "greedy decode, KV cache, per token (2 layers, d=256, h=8, ffn 1024, V=1000, prompt 16, 128 new)",
           "sgemm": "sgemm 1024³, time per product at full throughput (loom: N concurrent single-thread "
                    "calls through its BLAS; PyTorch: torch.mm on N threads)"}
@@ -585,6 +629,23 @@ def report(results, meta):
             ratio = f"**{seconds(to) / seconds(lo):.2f}**" if lo and to else "–"
             w(f"| {label(name)} | {n} | {fmt_time(seconds(lo)) if lo else '–'} | "
               f"{fmt_time(seconds(to)) if to else '–'} | {ratio} | {'; '.join(x for x in notes if x)} |")
+
+    gqas = [n for n in ("gqa_fwd", "gqa_fwdbwd") if n in names]
+    if gqas:
+        w("\n**Grouped-query attention: memory** (no copy of the key/value heads in loom: its plan has one fused "
+          "attention node reading k and v [B, Hkv, S, d] in place; PyTorch's explicit math repeats them to "
+          "[B, Hq, S, d] and keeps the [B, Hq, T, S] weights. RSS increase = peak − baseline before the case):\n")
+        w("| case | threads | loom arena | loom RSS increase | loom plan | PyTorch RSS increase | "
+          "one repeated copy of k and v |")
+        w("|---|---:|---:|---:|---|---:|---:|")
+        for name in gqas:
+            for n in threads:
+                lo, to = by.get(("loom", name, n)), by.get(("torch", name, n))
+                if not lo or not to:
+                    continue
+                w(f"| {name} | {n} | {lo['arena_mib']:.1f} MiB | {lo['rss_peak_mib'] - lo['rss_baseline_mib']:.1f} MiB "
+                  f"| {lo['plan_nodes']:.0f} nodes, {lo['fused_attention_nodes']:.0f} fused attention | "
+                  f"{to['rss_peak_mib'] - to['rss_baseline_mib']:.1f} MiB | {to['kv_expanded_mib']:.1f} MiB |")
 
     trains = [n for n in ("tiny_train", "small_train", "small_train_recompute") if n in names]
     if trains:

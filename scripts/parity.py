@@ -48,18 +48,32 @@ MHA_CASES = {
     "mha_cross_h1_padding": ("cross", 1, ["padding"], False, "packed", True),
     "mha_cross_h2_boolmask_separate": ("cross", 2, ["bool"], True, "separate", True),
     "mha_cross_h4_padding": ("cross", 4, ["padding"], True, "packed", True),
+    "mha_self_h2_causal_bias_false": ("self", 2, ["causal_float"], True, "packed", False),
+    "mha_cross_h2_padding_bias_false": ("cross", 2, ["padding"], False, "packed", False),
+    "mha_self_h2_float_mask": ("self", 2, ["float"], True, "packed", True),
+    "mha_self_h2_mask_per_sequence": ("self", 2, ["per_sequence"], True, "packed", True),
+    "mha_self_h4_key_mask_holes": ("self", 4, ["key_holes"], False, "packed", True),
     "mha_fully_masked_rows": ("self", 2, ["padding_empty"], True, "packed", True),
 }
 
 TF_D, TF_S, TF_T = 16, 6, 5
+DEFAULT_MASKS = ["src_len", "causal"]  # loom's default: src_key/memory_key_padding_mask as lengths, causal tgt
 TF_CASES = {
-    # name: norm_first, activation, batch_first, decode
-    "transformer_post_relu": (False, "relu", False, False),
-    "transformer_pre_relu": (True, "relu", True, False),
-    "transformer_post_gelu": (False, "gelu", True, False),
-    "transformer_pre_gelu": (True, "gelu", False, False),
-    "transformer_post_relu_decode": (False, "relu", True, True),
-    "transformer_pre_gelu_decode": (True, "gelu", False, True),
+    # name: norm_first, activation, batch_first, decode, masks (nn.Transformer.forward's, see transformer_case)
+    "transformer_post_relu": (False, "relu", False, False, DEFAULT_MASKS),
+    "transformer_pre_relu": (True, "relu", True, False, DEFAULT_MASKS),
+    "transformer_post_gelu": (False, "gelu", True, False, DEFAULT_MASKS),
+    "transformer_pre_gelu": (True, "gelu", False, False, DEFAULT_MASKS),
+    "transformer_src_mask": (False, "relu", True, False, ["src_mask", "causal"]),
+    "transformer_tgt_mask_bool": (False, "relu", False, False, ["tgt_mask"]),
+    "transformer_memory_mask": (True, "relu", True, False, ["memory_mask", "causal"]),
+    "transformer_src_key_padding": (False, "relu", True, False, ["src_keys", "causal"]),
+    "transformer_tgt_key_padding": (True, "gelu", False, False, ["tgt_keys", "causal"]),
+    "transformer_memory_key_padding": (False, "gelu", True, False, ["memory_keys", "causal"]),
+    "transformer_all_six_masks": (False, "relu", True, False,
+                                  ["src_mask", "src_keys", "tgt_mask", "tgt_keys", "memory_mask", "memory_keys"]),
+    "transformer_post_relu_decode": (False, "relu", True, True, DEFAULT_MASKS),
+    "transformer_pre_gelu_decode": (True, "gelu", False, True, DEFAULT_MASKS),
 }
 
 
@@ -120,7 +134,22 @@ def mha_case(name):
         elif mask in ("padding", "padding_empty"):
             lengths = [S, 0] if mask == "padding_empty" else [S, S - 2]
             kwargs["key_padding_mask"] = torch.arange(S)[None, :] >= torch.tensor(lengths)[:, None]  # True: ignore
-            loom_inputs["len"] = torch.tensor(lengths, dtype=torch.int32)
+            loom_inputs["len"] = torch.tensor(lengths)  # int64, PyTorch's default: loom converts it
+        elif mask == "float":  # added to the scores; its gradient is compared too
+            fmask = torch.randn(MHA_T, S, dtype=torch.float64)
+            fmask[1, 3] = -math.inf
+            inputs["fmask"] = fmask.requires_grad_()
+            kwargs["attn_mask"] = inputs["fmask"]
+        elif mask == "per_sequence":  # loom [B, T, S] for every head; PyTorch (B·H, T, S), True: NOT allowed
+            allowed = torch.rand(B, MHA_T, S) < 0.6
+            allowed[:, torch.arange(MHA_T), torch.randint(0, S, (MHA_T,))] = True
+            kwargs["attn_mask"] = (~allowed).repeat_interleave(heads, dim=0)
+            loom_inputs["mask"] = allowed
+        elif mask == "key_holes":  # keys hidden anywhere, not only at the end (loom: True may attend)
+            keys = torch.rand(B, S) < 0.6
+            keys[:, 0] = True
+            kwargs["key_padding_mask"] = ~keys
+            loom_inputs["keys"] = keys
     q = layout(x, batch_first)
     kv = q if kind == "self" else layout(inputs["memory"], batch_first)
     out, _ = m(q, kv, kv, need_weights=False, **kwargs)
@@ -128,7 +157,7 @@ def mha_case(name):
 
 
 def transformer_case(name):
-    norm_first, act, batch_first, _ = TF_CASES[name]
+    norm_first, act, batch_first, _, masks = TF_CASES[name]
     torch.manual_seed(seed_of(name))
     model = nn.Module()  # the Transformer as a submodule: its names carry "transformer."
     model.embed = nn.Embedding(7, TF_D)  # not the Transformer's: the importer leaves it alone
@@ -140,20 +169,143 @@ def transformer_case(name):
     model.eval()
     src = torch.randn(B, TF_S, TF_D, dtype=torch.float64, requires_grad=True)
     tgt = torch.randn(B, TF_T, TF_D, dtype=torch.float64, requires_grad=True)
-    lengths = torch.tensor([TF_S, TF_S - 2], dtype=torch.int32)
-    padding = torch.arange(TF_S)[None, :] >= lengths[:, None]  # True: ignore
-    causal = nn.Transformer.generate_square_subsequent_mask(TF_T).double()
-    out = model.transformer(layout(src, batch_first), layout(tgt, batch_first), tgt_mask=causal,
-                            src_key_padding_mask=padding, memory_key_padding_mask=padding)
-    return model, {"src_x": src, "tgt_x": tgt}, {"src_len": lengths}, layout(out, batch_first)
+    kwargs, loom_inputs = {}, {}
+
+    def allowed(rows, cols, keep=None):  # a random bool mask, True may attend, no row left empty
+        a = torch.rand(rows, cols) < 0.6
+        a[torch.arange(rows), torch.randint(0, cols, (rows,)) if keep is None else keep] = True
+        return a
+    for mask in masks:
+        if mask == "src_len":  # src_key_padding_mask and memory_key_padding_mask, as loom's lengths
+            lengths = torch.tensor([TF_S, TF_S - 2])  # int64, PyTorch's default
+            padding = torch.arange(TF_S)[None, :] >= lengths[:, None]  # True: ignore
+            kwargs.update(src_key_padding_mask=padding, memory_key_padding_mask=padding)
+            loom_inputs["src_len"] = lengths
+        elif mask == "causal":
+            kwargs["tgt_mask"] = nn.Transformer.generate_square_subsequent_mask(TF_T).double()
+        elif mask == "src_mask":  # float [S, S], added
+            m = torch.randn(TF_S, TF_S, dtype=torch.float64)
+            m[0, 2] = -math.inf
+            kwargs["src_mask"], loom_inputs["src_mask"] = m, m
+        elif mask == "tgt_mask":  # bool [T, T], PyTorch True = NOT allowed; causal plus random holes
+            a = allowed(TF_T, TF_T, keep=torch.arange(TF_T)) & torch.ones(TF_T, TF_T, dtype=torch.bool).tril()
+            a[:, 0] = True  # key 0 for every query, which the key masks never hide either
+            kwargs["tgt_mask"], loom_inputs["tgt_mask"] = ~a, a
+        elif mask == "memory_mask":  # float [T, S], added
+            m = torch.randn(TF_T, TF_S, dtype=torch.float64)
+            m[1, 2] = -math.inf
+            kwargs["memory_mask"], loom_inputs["memory_mask"] = m, m
+        elif mask in ("src_keys", "tgt_keys", "memory_keys"):  # [B, keys] with holes; PyTorch True = ignore
+            n = TF_T if mask == "tgt_keys" else TF_S
+            a = torch.rand(B, n) < 0.6
+            a[:, 0] = True  # with a causal target, query 0 sees key 0 only
+            kwargs[mask.replace("keys", "key_padding_mask")], loom_inputs[mask] = ~a, a
+    out = model.transformer(layout(src, batch_first), layout(tgt, batch_first), **kwargs)
+    return model, {"src_x": src, "tgt_x": tgt}, loom_inputs, layout(out, batch_first)
 
 
-def build(name, directory):
+# --------------------------------------------------------------------------- scaled dot-product attention
+
+SDPA_B, SDPA_T, SDPA_S, SDPA_D, SDPA_DV = 2, 5, 7, 4, 3
+SDPA_CASES = {
+    # name: Hq, Hkv, scale (None: 1/sqrt(d)), is_causal, masks, dropout p
+    "sdpa_default": (2, 2, None, False, [], 0.0),
+    "sdpa_scale": (2, 2, 0.3, False, [], 0.0),
+    "sdpa_causal": (2, 2, None, True, [], 0.0),
+    "sdpa_bool_ts": (2, 2, None, False, ["bool_ts"], 0.0),
+    "sdpa_bool_b1ts": (2, 2, None, False, ["bool_b1ts"], 0.0),
+    "sdpa_float_ts": (2, 2, None, False, ["float_ts"], 0.0),
+    "sdpa_float_b1ts": (2, 2, None, False, ["float_b1ts"], 0.0),
+    "sdpa_float_bhts": (2, 2, None, False, ["float_bhts"], 0.0),
+    "sdpa_padding_int64": (2, 2, None, False, ["len"], 0.0),
+    "sdpa_gqa2_causal": (4, 2, None, True, [], 0.0),
+    "sdpa_gqa4_float_b1ts": (8, 2, None, False, ["float_b1ts"], 0.0),
+    "sdpa_mqa_bool_ts": (4, 1, None, False, ["bool_ts"], 0.0),
+    "sdpa_dropout": (2, 2, None, False, [], 0.3),
+    "sdpa_all_options": (4, 2, 0.5, True, ["bool_b1ts", "float_bhts", "len"], 0.0),
+}
+DROPOUT_SEED = [5, 9]
+
+M64 = (1 << 64) - 1
+
+
+def splitmix_mix(z):
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & M64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & M64
+    return z ^ (z >> 31)
+
+
+def dropout_keep(n, p, seed, node_hash):
+    """loom's dropout mask, from its documented formula (include/loom/ops/dropout.hpp): element i
+    is kept when the top 53 bits of splitmix64's output i for the node's key are >= p * 2^53."""
+    words = ((seed[0] & 0xFFFFFFFF) << 32) | (seed[1] & 0xFFFFFFFF)
+    key = splitmix_mix(splitmix_mix(words) ^ node_hash)
+    threshold = math.ceil(p * 2.0 ** 53)
+    return torch.tensor([(splitmix_mix((key + (i + 1) * 0x9E3779B97F4A7C15) & M64) >> 11) >= threshold
+                         for i in range(n)])
+
+
+def sdpa_reference(q, k, v, scale, causal, allowed=None, added=None, lengths=None, dropout=0.0, keep=None):
+    """PyTorch 2's F.scaled_dot_product_attention written out (1.13 does not have it), with loom's
+    bottom-right causal alignment: query i sees keys j <= i + (S - T)."""
+    hq, hkv = q.shape[1], k.shape[1]
+    if hq != hkv:  # enable_gqa: each key/value head serves hq / hkv query heads
+        k, v = k.repeat_interleave(hq // hkv, dim=1), v.repeat_interleave(hq // hkv, dim=1)
+    s = (q @ k.transpose(-2, -1)) * scale
+    t, n = s.shape[-2:]
+    if causal:
+        s = s.masked_fill(torch.arange(n)[None, :] > torch.arange(t)[:, None] + (n - t), -math.inf)
+    if allowed is not None:
+        s = s.masked_fill(~allowed, -math.inf)
+    if added is not None:
+        s = s + added
+    if lengths is not None:
+        s = s.masked_fill(torch.arange(n)[None, None, None, :] >= lengths[:, None, None, None], -math.inf)
+    w = torch.softmax(s, dim=-1)
+    if dropout > 0:
+        w = w * keep.reshape(w.shape) / (1 - dropout)
+    return w @ v
+
+
+def sdpa_case(name, keys):
+    hq, hkv, scale, causal, masks, p = SDPA_CASES[name]
+    torch.manual_seed(seed_of(name))
+    b, t, n = SDPA_B, SDPA_T, SDPA_S
+    q = torch.randn(b, hq, t, SDPA_D, dtype=torch.float64, requires_grad=True)
+    k = torch.randn(b, hkv, n, SDPA_D, dtype=torch.float64, requires_grad=True)
+    v = torch.randn(b, hkv, n, SDPA_DV, dtype=torch.float64, requires_grad=True)
+    inputs, loom_inputs, args = {"q": q, "k": k, "v": v}, {}, {}
+    for mask in masks:
+        if mask.startswith("bool"):
+            shape = [t, n] if mask == "bool_ts" else [b, 1, t, n]
+            a = torch.rand(shape) < 0.6
+            a[..., torch.arange(t), 0] = True  # key 0 for every query: no row left empty (with causal too)
+            args["allowed"], loom_inputs["mask"] = a, a
+        elif mask.startswith("float"):
+            shape = {"float_ts": [t, n], "float_b1ts": [b, 1, t, n], "float_bhts": [b, hq, t, n]}[mask]
+            f = torch.randn(shape, dtype=torch.float64)
+            f[..., 1, 2] = -math.inf
+            inputs["fmask"] = f.requires_grad_()
+            args["added"] = inputs["fmask"]
+        elif mask == "len":
+            lengths = torch.tensor([n, n - 3])  # int64
+            args["lengths"], loom_inputs["len"] = lengths, lengths
+    if p > 0:
+        loom_inputs["seed"] = torch.tensor(DROPOUT_SEED, dtype=torch.int32)
+        args["dropout"], args["keep"] = p, dropout_keep(b * hq * t * n, p, DROPOUT_SEED, keys[name])
+    out = sdpa_reference(q, k, v, scale if scale is not None else 1 / math.sqrt(SDPA_D), causal, **args)
+    return nn.Module(), inputs, loom_inputs, out
+
+
+def build(name, directory, keys):
     """Writes the case's files; returns what the comparison needs."""
     if name in MHA_CASES:
         module, inputs, loom_inputs, out = mha_case(name)
         params = dict(module.named_parameters())
         decode = False
+    elif name in SDPA_CASES:
+        module, inputs, loom_inputs, out = sdpa_case(name, keys)
+        params, decode = {}, False
     else:
         module, inputs, loom_inputs, out = transformer_case(name)
         params = {n: p for n, p in module.named_parameters() if n.startswith("transformer.")}
@@ -166,6 +318,7 @@ def build(name, directory):
     st.write(os.path.join(directory, "weights.safetensors"),
              {n: t.detach().contiguous() for n, t in module.state_dict().items()}, {"format": "pt"})
     files = {n: t.detach().contiguous() for n, t in inputs.items()}
+    loom_inputs = {n: t.contiguous() for n, t in loom_inputs.items()}
     files.update(loom_inputs)
     if not decode:
         files["cotangent"] = w
@@ -236,7 +389,7 @@ def main():
     args = parser.parse_args()
     torch.set_num_threads(1)
 
-    names = list(MHA_CASES) + list(TF_CASES)
+    names = list(MHA_CASES) + list(TF_CASES) + list(SDPA_CASES)
     listed = subprocess.run([args.runner, "--list"], check=True, capture_output=True, text=True).stdout.split()
     if sorted(listed) != sorted(names):
         print(f"parity_runner knows {sorted(listed)}, the script {sorted(names)}: keep the two lists equal")
@@ -245,7 +398,11 @@ def main():
 
     temp = None if args.keep else tempfile.TemporaryDirectory(prefix="loom_parity_")
     root = args.keep or temp.name
-    expected = {n: build(n, os.path.join(root, n)) for n in names}
+    keys = {}  # the dropout nodes' structural hashes, which key loom's random streams
+    for line in subprocess.run([args.runner, "--keys"], check=True, capture_output=True, text=True).stdout.splitlines():
+        case, value = line.split()
+        keys[case] = int(value)
+    expected = {n: build(n, os.path.join(root, n), keys) for n in names}
     sys.stdout.flush()
     runner = subprocess.run([args.runner, root] + names)
 
@@ -266,7 +423,7 @@ def main():
                 out_err, more = fully_masked(want, loom, state, precision)
                 problems += more
                 cells += [f"{out_err:9.1e}", "      —"]
-            elif TF_CASES.get(n, (0, 0, 0, False))[3]:
+            elif n in TF_CASES and TF_CASES[n][3]:
                 cells += [f"{out_err:9.1e}", "      —"]
             else:
                 cells += [f"{out_err:9.1e}", f"{grad_err:9.1e}"]

@@ -17,6 +17,10 @@ using memory = input_node<"memory", shape<dyn<"B">, dyn<"S">, fix<D>>>;
 using len = input_node<"len", shape<dyn<"B">>, int>;
 using self_mask = input_node<"mask", shape<dyn<"T">, dyn<"T">>, bool>;
 using cross_mask = input_node<"mask", shape<dyn<"T">, dyn<"S">>, bool>;
+using float_mask = input_node<"fmask", shape<dyn<"T">, dyn<"T">>>;                  // added to the scores
+using seq_mask = input_node<"mask", shape<dyn<"B">, dyn<"T">, dyn<"T">>, bool>;      // per sequence
+using key_mask = input_node<"keys", shape<dyn<"B">, dyn<"T">>, bool>;                // per key, True may attend
+constexpr nn::mha_options no_bias{.bias = false};
 
 template <class G>
 gradient_case make(std::string name, G g, pytorch::attention_layout layout = pytorch::attention_layout::packed,
@@ -44,6 +48,14 @@ std::vector<gradient_case> attention_cases() {
       make("mha_cross_h2_boolmask_separate",
            make_graph(nn::cross_attention<"attn", 2>(x{}, memory{}, nn::allowed(cross_mask{}))), separate),
       make("mha_cross_h4_padding", make_graph(nn::cross_attention<"attn", 4>(x{}, memory{}, nn::padding(len{})))),
+      // loom layers without biases (mha_options{.bias = false}) against PyTorch's bias=False
+      make("mha_self_h2_causal_bias_false", make_graph(nn::self_attention<"attn", 2, no_bias>(x{}, nn::causal)), packed,
+           false),
+      make("mha_cross_h2_padding_bias_false",
+           make_graph(nn::cross_attention<"attn", 2, no_bias>(x{}, memory{}, nn::padding(len{}))), packed, false),
+      make("mha_self_h2_float_mask", make_graph(nn::self_attention<"attn", 2>(x{}, nn::additive(float_mask{})))),
+      make("mha_self_h2_mask_per_sequence", make_graph(nn::self_attention<"attn", 2>(x{}, nn::allowed(seq_mask{})))),
+      make("mha_self_h4_key_mask_holes", make_graph(nn::self_attention<"attn", 4>(x{}, nn::allowed(key_mask{})))),
       // A key_padding_mask that hides every key of sequence 1: PyTorch gives NaN, loom zero weights.
       make("mha_fully_masked_rows", make_graph(nn::self_attention<"attn", 2>(x{}, nn::padding(len{})))),
   };

@@ -1,6 +1,9 @@
 // The C++ half of the PyTorch parity test (scripts/parity.py drives it).
 //
 //   parity_runner --list          prints the names of the cases it knows, one a line
+//   parity_runner --keys          prints "case hash" for each case with a dropout node: the node's
+//                                 structural hash, which keys its random stream (the script draws
+//                                 the same mask from it with dropout's documented formula)
 //   parity_runner DIR [case...]   runs the cases (default: all), in double and in float
 //
 // For a case C, the script has written DIR/C/weights.safetensors (the module's state_dict)
@@ -35,6 +38,7 @@ template <class T>
 struct case_inputs {
   std::map<std::string, tensor<T>> real;
   std::map<std::string, tensor<std::int32_t>> ints;
+  std::map<std::string, tensor<std::int64_t>> longs;  // PyTorch's default for ids and lengths
   std::map<std::string, tensor<std::uint8_t>> bools;
   tensor<T> cotangent;
 
@@ -47,6 +51,8 @@ struct case_inputs {
         real.emplace(name, to_tensor<T>(s));
       else if (s.type == storage_type::i32)
         ints.emplace(name, to_tensor<std::int32_t>(s));
+      else if (s.type == storage_type::i64)
+        longs.emplace(name, to_tensor<std::int64_t>(s));
       else
         bools.emplace(name, to_tensor<std::uint8_t>(s));
     }
@@ -58,6 +64,8 @@ struct case_inputs {
       if (is_input(plan, name)) f.emplace_back(name, t);
     for (const auto& [name, t] : ints)
       if (is_input(plan, name)) f.emplace_back(name, t);
+    for (const auto& [name, t] : longs)
+      if (is_input(plan, name)) f.emplace_back(name, t);
     for (const auto& [name, t] : bools)
       if (is_input(plan, name)) f.emplace_back(name, t);
     return f;
@@ -68,14 +76,15 @@ template <class T>
 void load(const gradient_case& c, const std::string& path, param_store<T>& params) {
   if (c.kind == module::multihead_attention)
     pytorch::load_multihead_attention(path, params, c.names);
-  else
+  else if (c.kind == module::transformer)
     pytorch::load_transformer(path, params, c.names);
 }
 
 template <class T>
 tensor_file export_back(const gradient_case& c, const param_store<T>& params, pytorch::export_options options) {
   if (c.kind == module::multihead_attention) return pytorch::export_multihead_attention(params, c.names, options);
-  return pytorch::export_transformer(params, c.names, options);
+  if (c.kind == module::transformer) return pytorch::export_transformer(params, c.names, options);
+  return {};
 }
 
 void add_prefixed(tensor_file& out, const std::string& prefix, const tensor_file& from) {
@@ -137,7 +146,8 @@ void run(const decode_case& c, const std::string& dir, const char* suffix) {
     const std::int64_t n = t0 == 0 ? c.prefill : 1;  // a prefill, then one token at a time
     std::vector<feed> feeds(projected);
     feeds.emplace_back("tgt_x", rows(tgt, t0, n));
-    feeds.emplace_back("src_len", in.ints.at("src_len"));
+    if (in.longs.contains("src_len")) feeds.emplace_back("src_len", in.longs.at("src_len"));
+    else feeds.emplace_back("src_len", in.ints.at("src_len"));
     nn::decode_step(step, cache, feeds);
     auto y = step.output();
     for (std::int64_t b = 0; b < B; ++b)
@@ -159,7 +169,9 @@ int main(int argc, char** argv) {
   const auto gradient = [] {
     auto a = attention_cases();
     auto t = transformer_cases();
+    auto s = sdpa_cases();
     a.insert(a.end(), t.begin(), t.end());
+    a.insert(a.end(), s.begin(), s.end());
     return a;
   }();
   const auto decoding = decode_cases();
@@ -168,8 +180,14 @@ int main(int argc, char** argv) {
     for (const auto& c : decoding) std::cout << c.name << "\n";
     return 0;
   }
+  if (argc == 2 && std::strcmp(argv[1], "--keys") == 0) {
+    for (const auto& c : gradient)
+      for (const node_desc* d : c.plan.order)
+        if (d->op->name == "dropout") std::cout << c.name << " " << d->hash << "\n";
+    return 0;
+  }
   if (argc < 2) {
-    std::cerr << "usage: parity_runner --list | parity_runner DIR [case...]\n";
+    std::cerr << "usage: parity_runner --list | --keys | DIR [case...]\n";
     return 2;
   }
   const std::string dir = argv[1];

@@ -11,7 +11,7 @@
 namespace parity {
 
 /// Which PyTorch module a case mirrors, and so which importer loads its state_dict.
-enum class module { multihead_attention, transformer };
+enum class module { multihead_attention, transformer, none };  // none: no parameters (F.scaled_dot_product_attention)
 
 /// A forward + backward case: output 0 of `plan` against the module's output, every gradient
 /// against PyTorch's. Weights come from <case>/weights.safetensors under `names.torch`, are
@@ -35,6 +35,7 @@ struct decode_case {
 };
 
 std::vector<gradient_case> attention_cases();    // parity_attention.cpp
+std::vector<gradient_case> sdpa_cases();         // parity_sdpa.cpp
 std::vector<gradient_case> transformer_cases();  // parity_transformer.cpp
 std::vector<decode_case> decode_cases();         // parity_transformer.cpp
 

@@ -30,14 +30,25 @@ constexpr auto pre_gelu = with(true, nn::activation::gelu);
 
 constexpr pytorch::prefixes names{.loom = "", .torch = "transformer."};
 
-template <nn::transformer_config C>
+template <nn::transformer_config C, class Masks = nn::default_transformer_masks>
 gradient_case make(std::string name) {
   return {std::move(name),
-          make_graph(nn::transformer_body<C, nn::eval_mode>::output()).plan(),
+          make_graph(nn::transformer_body<C, nn::eval_mode, Masks>::output()).plan(),
           module::transformer,
           names,
           {}};
 }
+
+// The six masks of nn.Transformer.forward, as loom inputs (bool: True may attend, the negation
+// of PyTorch's; float: added to the scores).
+using src_mask = nn::additive_t<input_node<"src_mask", shape<dyn<"S">, dyn<"S">>>>;
+using tgt_mask = nn::allowed_t<input_node<"tgt_mask", shape<dyn<"T">, dyn<"T">>, bool>>;
+using memory_mask = nn::additive_t<input_node<"memory_mask", shape<dyn<"T">, dyn<"S">>>>;
+using src_keys = nn::allowed_t<input_node<"src_keys", shape<dyn<"B">, dyn<"S">>, bool>>;
+using tgt_keys = nn::allowed_t<input_node<"tgt_keys", shape<dyn<"B">, dyn<"T">>, bool>>;
+using memory_keys = nn::allowed_t<input_node<"memory_keys", shape<dyn<"B">, dyn<"S">>, bool>>;
+template <class... M>
+using list = type_list<M...>;
 
 template <nn::transformer_config C>
 decode_case make_decode(std::string name, long prefill) {
@@ -54,8 +65,18 @@ decode_case make_decode(std::string name, long prefill) {
 }  // namespace
 
 std::vector<gradient_case> transformer_cases() {
+  using causal = nn::causal_t;
   return {make<post_relu>("transformer_post_relu"), make<pre_relu>("transformer_pre_relu"),
-          make<post_gelu>("transformer_post_gelu"), make<pre_gelu>("transformer_pre_gelu")};
+          make<post_gelu>("transformer_post_gelu"), make<pre_gelu>("transformer_pre_gelu"),
+          make<post_relu, nn::transformer_masks<list<src_mask>, list<causal>, list<>>>("transformer_src_mask"),
+          make<post_relu, nn::transformer_masks<list<>, list<tgt_mask>, list<>>>("transformer_tgt_mask_bool"),
+          make<pre_relu, nn::transformer_masks<list<>, list<causal>, list<memory_mask>>>("transformer_memory_mask"),
+          make<post_relu, nn::transformer_masks<list<src_keys>, list<causal>, list<>>>("transformer_src_key_padding"),
+          make<pre_gelu, nn::transformer_masks<list<>, list<causal, tgt_keys>, list<>>>("transformer_tgt_key_padding"),
+          make<post_gelu, nn::transformer_masks<list<>, list<causal>, list<memory_keys>>>(
+              "transformer_memory_key_padding"),
+          make<post_relu, nn::transformer_masks<list<src_mask, src_keys>, list<tgt_mask, tgt_keys>,
+                                                list<memory_mask, memory_keys>>>("transformer_all_six_masks")};
 }
 
 std::vector<decode_case> decode_cases() {

@@ -1,6 +1,7 @@
 // Numbers in words, the seeded number data set, vocabularies and padded batches.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <set>
 #include <string>
@@ -9,6 +10,7 @@
 #include "loom/core/errors.hpp"
 #include "loom/data/numbers.hpp"
 #include "loom/data/vocab.hpp"
+#include "loom/data/windows.hpp"
 
 using namespace loom;
 
@@ -249,4 +251,39 @@ TEST_CASE("make_batch throws value_error for no indices or an index past the end
   CHECK_THROWS_AS(make_batch(pairs, std::vector<std::size_t>{}, sv, tv), value_error);
   CHECK_THROWS_WITH(make_batch(pairs, std::vector<std::size_t>{0, 1}, sv, tv),
                     Catch::Contains("index 1") && Catch::Contains("1 pairs"));
+}
+
+TEST_CASE("window_batcher cuts a sequence into windows whose targets are the next ids") {
+  std::vector<int> ids(50);
+  for (int i = 0; i < 50; ++i) ids[static_cast<std::size_t>(i)] = i;  // id = position: the offsets are visible
+  const window_batcher w(ids, 8);
+  CHECK(w.windows() == 6);  // (50 − 1) / 8
+  const lm_batch b = w.random(3, 5, 11);
+  REQUIRE(b.tokens.dims() == dims_t{5, 8});
+  REQUIRE(b.target.dims() == dims_t{5, 8});
+  for (std::int64_t r = 0; r < 5; ++r) {
+    const int start = b.tokens[r * 8];
+    CHECK(start >= 0);
+    CHECK(start + 8 <= 49);  // the last target is still inside the sequence
+    for (std::int64_t t = 0; t < 8; ++t) {
+      CHECK(b.tokens[r * 8 + t] == start + t);
+      CHECK(b.target[r * 8 + t] == start + t + 1);
+    }
+  }
+  // the same step, the same batch; another step, another one
+  const lm_batch again = w.random(3, 5, 11);
+  CHECK(std::equal(b.tokens.values().begin(), b.tokens.values().end(), again.tokens.values().begin()));
+  bool differs = false;
+  const lm_batch other = w.random(4, 5, 11);
+  for (std::int64_t i = 0; i < 40; ++i) differs = differs || other.tokens[i] != b.tokens[i];
+  CHECK(differs);
+  // consecutive windows tile the sequence, wrapping after the last
+  const lm_batch c = w.consecutive(4, 3);
+  CHECK(c.tokens[0] == 32);
+  CHECK(c.tokens[8] == 40);
+  CHECK(c.tokens[16] == 0);
+  CHECK(c.target[23] == 8);
+  CHECK_THROWS_AS(window_batcher(std::vector<int>(8), 8), value_error);
+  CHECK_THROWS_AS(window_batcher(ids, 0), value_error);
+  CHECK_THROWS_AS(w.random(1, 0, 1), value_error);
 }

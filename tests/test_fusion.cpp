@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <set>
 #include <string>
 
@@ -224,5 +225,91 @@ TEST_CASE("fused linear layers (bias, relu, gelu epilogues) give the unfused bit
     CHECK(unfused_ops.count("linear") == 0);
     REQUIRE(fused.size() == unfused.size());
     CHECK(std::memcmp(fused.data(), unfused.data(), fused.size() * sizeof(float)) == 0);
+  }
+}
+
+TEMPLATE_TEST_CASE_SIG("fused attention adds float masks [T, S], [B, 1, T, S], [B, H, T, S] and gives their gradients",
+                       "", ((int H), H), 1, 2) {
+  auto x = test::random_tensor<double>({2, 5, D}, 14);
+  auto with_inf = [](tensor<double> m) {
+    m[2] = -std::numeric_limits<double>::infinity();  // a hidden key, PyTorch's float-mask way
+    return m;
+  };
+  SECTION("[T, S]") {
+    auto f = input<"f", shape<dyn<"T">, dyn<"T">>>();
+    require_fused_equals_unfused(make_graph(nn::self_attention<"a", H>(X{}, nn::causal, nn::additive(f))),
+                                 {{"x", x}, {"f", with_inf(test::random_tensor<double>({5, 5}, 15))}});
+  }
+  SECTION("[B, 1, T, S]") {
+    auto f = input<"f", shape<dyn<"B">, fix<1>, dyn<"T">, dyn<"T">>>();
+    require_fused_equals_unfused(make_graph(nn::self_attention<"a", H>(X{}, nn::additive(f))),
+                                 {{"x", x}, {"f", test::random_tensor<double>({2, 1, 5, 5}, 16, -2, 2)}});
+  }
+  SECTION("[B, H, T, S] after a padding mask") {
+    auto f = input<"f", shape<dyn<"B">, fix<H>, dyn<"T">, dyn<"T">>>();
+    require_fused_equals_unfused(make_graph(nn::self_attention<"a", H>(X{}, nn::padding(Len{}), nn::additive(f))),
+                                 {{"x", x}, {"len", ints({2}, {5, 3})}, {"f", test::random_tensor<double>({2, H, 5, 5}, 17)}});
+  }
+  SECTION("[B, T, S] per sequence, bool and float") {
+    auto f = input<"f", shape<dyn<"B">, dyn<"T">, dyn<"T">>>();
+    auto m = input<"m", shape<dyn<"B">, dyn<"T">, dyn<"T">>, bool>();
+    tensor<std::uint8_t> ms(dims_t{2, 5, 5});
+    for (std::int64_t i = 0; i < ms.size(); ++i) ms[i] = static_cast<std::uint8_t>((i * 7) % 4 != 0);
+    require_fused_equals_unfused(make_graph(nn::self_attention<"a", H>(X{}, nn::allowed(m), nn::additive(f))),
+                                 {{"x", x}, {"m", ms}, {"f", test::random_tensor<double>({2, 5, 5}, 18)}});
+  }
+}
+
+TEMPLATE_TEST_CASE_SIG("fused grouped-query and multi-query attention equal the primitives, keys read in place", "",
+                       ((long Hq, long Hkv), Hq, Hkv), (4, 2), (4, 1), (8, 2)) {
+  auto q = input<"q", shape<dyn<"B">, fix<Hq>, dyn<"T">, fix<4>>>();
+  auto k = input<"k", shape<dyn<"B">, fix<Hkv>, dyn<"S">, fix<4>>>();
+  auto v = input<"v", shape<dyn<"B">, fix<Hkv>, dyn<"S">, fix<3>>>();
+  auto f = input<"f", shape<dyn<"B">, fix<Hq>, dyn<"T">, dyn<"S">>>();
+  auto g = make_graph(nn::attention<{.scale = 0.3, .is_causal = true, .enable_gqa = true}>(q, k, v, nn::padding(Len{}),
+                                                                                          nn::additive(f)));
+  require_fused_equals_unfused(g, {{"q", test::random_tensor<double>({2, Hq, 3, 4}, 19)},
+                                   {"k", test::random_tensor<double>({2, Hkv, 6, 4}, 20)},
+                                   {"v", test::random_tensor<double>({2, Hkv, 6, 3}, 21)},
+                                   {"len", ints({2}, {6, 4})},
+                                   {"f", test::random_tensor<double>({2, Hq, 3, 6}, 22)}});
+}
+
+TEST_CASE("fused dropout on the weights drops the same weights as the unfused dropout node, in training") {
+  auto seed = input<"seed", shape<fix<2>>, int>();
+  auto x = test::random_tensor<double>({2, 5, D}, 23);
+  SECTION("multi-head self-attention") {
+    require_fused_equals_unfused(
+        make_graph(nn::self_attention<"a", 2, {.dropout = 0.3}>(X{}, nn::causal, nn::dropout_seed(seed))),
+        {{"x", x}, {"seed", ints({2}, {3, 4})}});
+  }
+  SECTION("grouped queries, a float mask and padding") {
+    auto q = input<"q", shape<dyn<"B">, fix<4>, dyn<"T">, fix<4>>>();
+    auto k = input<"k", shape<dyn<"B">, fix<2>, dyn<"S">, fix<4>>>();
+    auto v = input<"v", shape<dyn<"B">, fix<2>, dyn<"S">, fix<3>>>();
+    auto f = input<"f", shape<dyn<"T">, dyn<"S">>>();
+    require_fused_equals_unfused(
+        make_graph(nn::attention<{.dropout = 0.5, .enable_gqa = true}>(q, k, v, nn::padding(Len{}), nn::additive(f),
+                                                                       nn::dropout_seed(seed))),
+        {{"q", test::random_tensor<double>({2, 4, 3, 4}, 24)},
+         {"k", test::random_tensor<double>({2, 2, 6, 4}, 25)},
+         {"v", test::random_tensor<double>({2, 2, 6, 3}, 26)},
+         {"len", ints({2}, {6, 4})},
+         {"f", test::random_tensor<double>({3, 6}, 27)},
+         {"seed", ints({2}, {9, 1})}});
+  }
+  SECTION("not training: no dropout, fused or not") {
+    auto g = make_graph(nn::self_attention<"a", 2, {.dropout = 0.3}>(X{}, nn::dropout_seed(seed)));
+    auto plain = make_graph(nn::self_attention<"a", 2>(X{}));
+    auto p = g.make_params<double>(1);
+    std::vector<double> outs;
+    for (bool fuse : {false, true}) {
+      auto ex = g.executor<double>(p, {.training = false, .fuse = fuse});
+      ex.forward({{"x", x}, {"seed", ints({2}, {3, 4})}});
+      auto ref = plain.executor<double>(p, {.fuse = false});
+      ref.forward({{"x", x}});
+      CHECK(max_rel(std::vector<double>(ex.output().data, ex.output().data + ex.output().size()),
+                    std::vector<double>(ref.output().data, ref.output().data + ref.output().size())) <= 1e-12);
+    }
   }
 }

@@ -123,6 +123,28 @@ TEST_CASE("a token id below 0 or at least V throws value_error naming its positi
   CHECK_THROWS_WITH(run.forward({{"tok", negative}}), Contains("token id -1 at position [0, 1]"));
 }
 
+TEST_CASE("int64 token ids and lengths (PyTorch's default) are accepted where int32 ones are, and checked") {
+  auto tok = input<"tok", shape<dyn<"B">, dyn<"T">>, std::int64_t>();  // the same input as with int
+  auto len = input<"len", shape<dyn<"B">>, int>();
+  auto w = param<"emb.weight", shape<fix<5>, fix<4>>>();
+  auto e = embedding(tok, w);                                            // [B, T, 4]
+  auto g = make_graph(softmax(mask_padding(matmul<false, true>(e, e), len)));
+  auto p = g.make_params<double>(1);
+  auto run32 = g.executor<double>(p), run64 = g.executor<double>(p);
+  run32.forward({{"tok", tokens_t({2, 3}, {4, 1, 0, 2, 2, 3})}, {"len", tokens_t({2}, {3, 2})}});
+  tensor<std::int64_t> ids({2, 3}, {4, 1, 0, 2, 2, 3}), lens({2}, {3, 2});
+  run64.forward({{"tok", ids}, {"len", lens}});
+  CHECK(test::same_bits(tensor<double>(run32.output()), tensor<double>(run64.output())));
+  // a value past int32 names itself and its position; one inside int32 but past V is embedding's
+  tensor<std::int64_t> huge({2, 3}, {4, 1, 0, 2, 5'000'000'000, 3});
+  CHECK_THROWS_AS(run64.forward({{"tok", huge}, {"len", lens}}), value_error);
+  CHECK_THROWS_WITH(run64.forward({{"tok", huge}, {"len", lens}}),
+                    Contains("feed \"tok\"") && Contains("5000000000 at [1, 1]") && Contains("int32"));
+  tensor<std::int64_t> past_v({2, 3}, {4, 1, 0, 2, 9, 3});
+  CHECK_THROWS_WITH(run64.forward({{"tok", past_v}, {"len", lens}}), Contains("token id 9 at position [1, 1]"));
+  test::require_gradcheck(g, p, {{"tok", ids}, {"len", lens}});
+}
+
 // ---------------------------------------------------------------- positional encoding
 
 TEMPLATE_TEST_CASE("positional encoding adds sin/cos of pos / 10000^(2i/D) at the given positions", "", float, double) {

@@ -176,22 +176,22 @@ const std::map<std::string_view, std::function<case_result()>>& cases() {
          auto x = input<"x", shape<fix<2>, fix<3>, fix<4>>>();
          return run_case(make_graph(transpose<1, 0, 2>(x)), transpose_entry, {{"x", rnd({2, 3, 4}, 12)}});
        }},
-      {"add",
+      {"add",  // both operands broadcast
        [] {
-         auto a = input<"a", shape<fix<2>, fix<3>>>();
-         auto b = input<"b", shape<fix<3>>>();
-         return run_case(make_graph(add(a, b)), add_entry, {{"a", rnd({2, 3}, 13)}, {"b", rnd({3}, 14)}});
+         auto a = input<"a", shape<fix<2>, fix<1>, fix<3>>>();
+         auto b = input<"b", shape<fix<4>, fix<1>>>();
+         return run_case(make_graph(add(a, b)), add_entry, {{"a", rnd({2, 1, 3}, 13)}, {"b", rnd({4, 1}, 14)}});
        }},
       {"sum",
        [] {
          auto x = input<"x", shape<fix<2>, fix<3>>>();
          return run_case(make_graph(sum(x)), sum_entry, {{"x", rnd({2, 3}, 15)}});
        }},
-      {"mul",
+      {"mul",  // both operands broadcast
        [] {
-         auto a = input<"a", shape<fix<2>, fix<3>>>();
-         auto b = input<"b", shape<fix<3>>>();
-         return run_case(make_graph(mul(a, b)), mul_entry, {{"a", rnd({2, 3}, 16)}, {"b", rnd({3}, 17)}});
+         auto a = input<"a", shape<fix<2>, fix<1>, fix<3>>>();
+         auto b = input<"b", shape<fix<4>, fix<1>>>();
+         return run_case(make_graph(mul(a, b)), mul_entry, {{"a", rnd({2, 1, 3}, 16)}, {"b", rnd({4, 1}, 17)}});
        }},
       {"embedding",
        [] {
@@ -235,15 +235,20 @@ const std::map<std::string_view, std::function<case_result()>>& cases() {
          auto y = scale<2.0>(x);  // two consumers: the named view gets a gradient buffer of its own
          return run_case(make_graph(mul(named<"y">(y), y)), named_entry, {{"x", rnd({2, 3}, 25)}});
        }},
-      {"attention",  // fused by the plan rewrite from matmul → scale → masks → softmax → matmul
+      {"attention",  // fused by the plan rewrite from matmul → scale → masks → softmax → matmul;
+                     // here grouped queries (4 heads over 2 key/value heads) and a float mask
+                     // whose gradient the fused backward gives
        [] {
-         auto q = input<"q", shape<fix<2>, fix<3>, fix<4>>>();
-         auto k = input<"k", shape<fix<2>, fix<5>, fix<4>>>();
-         auto v = input<"v", shape<fix<2>, fix<5>, fix<3>>>();
+         auto q = input<"q", shape<fix<2>, fix<4>, fix<3>, fix<4>>>();
+         auto k = input<"k", shape<fix<2>, fix<2>, fix<5>, fix<4>>>();
+         auto v = input<"v", shape<fix<2>, fix<2>, fix<5>, fix<3>>>();
          auto len = input<"len", shape<fix<2>>, int>();
-         return run_case(make_graph(nn::attention(q, k, v, nn::causal, nn::padding(len))), op_named("attention"),
-                         {{"q", rnd({2, 3, 4}, 26)}, {"k", rnd({2, 5, 4}, 27)}, {"v", rnd({2, 5, 3}, 28)},
-                          {"len", tokens({2}, {5, 4})}});
+         auto f = input<"f", shape<fix<2>, fix<1>, fix<3>, fix<5>>>();
+         return run_case(make_graph(nn::attention<{.enable_gqa = true}>(q, k, v, nn::causal, nn::padding(len),
+                                                                         nn::additive(f))),
+                         op_named("attention"),
+                         {{"q", rnd({2, 4, 3, 4}, 26)}, {"k", rnd({2, 2, 5, 4}, 27)}, {"v", rnd({2, 2, 5, 3}, 28)},
+                          {"len", tokens({2}, {5, 4})}, {"f", rnd({2, 1, 3, 5}, 29)}});
        }},
       {"linear",  // fused by the plan rewrite from add(matmul(x, wᵀ), b)
        [] {

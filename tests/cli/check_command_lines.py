@@ -51,6 +51,7 @@ def main():
     translate = os.path.join(args.bin, "translate")
     generate = os.path.join(args.bin, "generate")
     attention = os.path.join(args.bin, "attention_example")
+    charlm = os.path.join(args.bin, "charlm")
     work = args.work
     shutil.rmtree(work, ignore_errors=True)
     os.makedirs(work)
@@ -95,11 +96,20 @@ def main():
     expect_refused([generate, "--checkpoint", os.path.join(work, "absent.safetensors")], "--checkpoint")
     expect_refused([generate, "--checkpoint", corrupt], "--checkpoint")
     expect_refused([generate, "--checkpoint", foreign], "--checkpoint")
+    c = [charlm, "--out", out]
+    for bad, mention in [
+        (["--steps", "3x"], "--steps"), (["--steps", "0"], "--steps"), (["--seed", "-1"], "--seed"),
+        (["--threads", "100000"], "--threads"), (["--minutes", "nan"], "--minutes"),
+        (["--temperature", "nan"], "--temperature"), (["--temperature", "-0.5"], "--temperature"),
+        (["--top-k", "-1"], "--top-k"), (["--top-k", "abc"], "--top-k"), (["--bogus"], "--bogus"),
+    ]:
+        expect_refused(c + bad, mention)
+    expect_refused([charlm, "--out", a_file], "--out")
     expect_refused([attention, "--dot", "/proc/no-such-dir/graph.dot"], "--dot")
     expect_refused([attention, "--bogus"], "--bogus")
 
     # --help is no error
-    for exe in (translate, generate, attention):
+    for exe in (translate, generate, attention, charlm):
         r = run([exe, "--help"])
         if r.returncode != 0 or "--" not in r.stdout:
             failures.append(f"{exe} --help: exit {r.returncode}")

@@ -26,8 +26,9 @@ struct real {};
 template <class E>
 inline constexpr dtype dtype_of = [] {
   static_assert(std::is_same_v<E, real> || std::is_same_v<E, int> || std::is_same_v<E, std::int32_t> ||
-                    std::is_same_v<E, bool> || std::is_same_v<E, std::uint8_t>,
-                "input<Name, Shape, E>: E must be loom::real (the graph's scalar), int or bool");
+                    std::is_same_v<E, std::int64_t> || std::is_same_v<E, long long> || std::is_same_v<E, bool> ||
+                    std::is_same_v<E, std::uint8_t>,
+                "input<Name, Shape, E>: E must be loom::real (the graph's scalar), int (int32 or int64) or bool");
   if constexpr (std::is_same_v<E, real>) return dtype::real;
   else if constexpr (std::is_same_v<E, bool> || std::is_same_v<E, std::uint8_t>) return dtype::u8;
   else return dtype::i32;
@@ -121,7 +122,9 @@ struct init {
 template <fixed_string Name, class Shape, class Init = init<init_kind::zeros>>
 struct param_node {
   static_assert(is_shape<Shape>, "param<Name, Shape>: Shape must be loom::shape<...>");
-  static_assert(detail::fixed_shape<Shape>, "param<Name, Shape>: parameter shapes must be fixed (fix<N>)");
+  static_assert(detail::plain_shape<Shape>,
+                "param<Name, Shape>: parameter dims must be fix<N> or dyn<\"name\"> (a dim bound by the store's tensor, "
+                "given to make_params)");
   using node_tag = void;
   using shape = Shape;
   static constexpr node_desc make_desc() {
@@ -139,13 +142,17 @@ struct param_node {
 
 /// A tensor fed at run time under `Name`, of shape `Shape` (fixed or named dims) and
 /// element type E (loom::real — the graph's scalar —, int for ids and lengths, bool for masks).
+/// Ids and lengths are held as int32 inside the graph; int64 (std::int64_t, PyTorch's default)
+/// names the same input, and an int64 tensor fed to it is converted on the way in (feed).
 template <fixed_string Name, class Shape, class E = real>
 constexpr input_node<Name, Shape, E> input() {
   static_assert(detail::plain_shape<Shape>, "input<Name, Shape>: input dims must be fix<N> or dyn<\"name\">");
   return {};
 }
 
-/// A trainable tensor named `Name` (a PyTorch state_dict key where a layer mirrors one).
+/// A trainable tensor named `Name` (a PyTorch state_dict key where a layer mirrors one). Its
+/// dims are fixed, or named (dyn<"V">: a vocabulary learnt at run time): those are bound by the
+/// tensor in the store when the graph runs, and given to make_params when it is created.
 template <fixed_string Name, class Shape, class Init = init<init_kind::zeros>>
 constexpr param_node<Name, Shape, Init> param() {
   return {};

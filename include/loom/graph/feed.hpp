@@ -2,10 +2,12 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <string>
 #include <type_traits>
 
+#include "loom/core/errors.hpp"
 #include "loom/core/tensor.hpp"
 
 namespace loom {
@@ -19,7 +21,7 @@ constexpr storage storage_of() {
   else if constexpr (std::is_same_v<U, double>) return storage::f64;
   else if constexpr (std::is_same_v<U, std::int32_t>) return storage::i32;
   else if constexpr (std::is_same_v<U, std::uint8_t>) return storage::u8;
-  else static_assert(sizeof(U) == 0, "feed: tensors of float, double, int32_t or uint8_t only");
+  else static_assert(sizeof(U) == 0, "feed: tensors of float, double, int32_t, int64_t or uint8_t only");
 }
 
 constexpr const char* storage_name(storage s) {
@@ -34,19 +36,26 @@ constexpr const char* storage_name(storage s) {
 
 /// A named input for executor::forward. From an lvalue tensor it *borrows* (the tensor must
 /// stay alive and unchanged until backward() has returned); from an rvalue it takes
-/// ownership, and the executor keeps it until the next forward().
+/// ownership, and the executor keeps it until the next forward(). Int64 tensors (PyTorch's
+/// default for token ids and lengths) are converted to the int32 that graphs hold ids in, on
+/// the way in: a value outside int32's range throws value_error naming it and its position.
 class feed {
  public:
+  feed(const std::string& name, const tensor<std::int64_t>& t) : feed(name, narrow(name, t.view())) {}
+  feed(const std::string& name, tensor_view<const std::int64_t> v) : feed(name, narrow(name, v)) {}
   template <class U>
+    requires(!std::is_same_v<U, std::int64_t>)
   feed(std::string name, const tensor<U>& t)
       : name_(std::move(name)), type_(storage_of<U>()), data_(t.data()), dims_(t.dims()) {}
   template <class U>
+    requires(!std::is_same_v<U, std::int64_t>)
   feed(std::string name, tensor<U>&& t) : name_(std::move(name)), type_(storage_of<U>()), dims_(t.dims()) {
     auto owned = std::make_shared<tensor<U>>(std::move(t));
     data_ = owned->data();
     keep_ = std::move(owned);
   }
   template <class U>
+    requires(!std::is_same_v<std::remove_const_t<U>, std::int64_t>)
   feed(std::string name, tensor_view<const U> v)
       : name_(std::move(name)), type_(storage_of<std::remove_const_t<U>>()), data_(v.data), dims_(v.dims) {}
 
@@ -93,6 +102,20 @@ class feed {
   const dims_t& dims() const { return dims_; }
 
  private:
+  // int64 ids and lengths as int32, each value checked first
+  static tensor<std::int32_t> narrow(const std::string& name, tensor_view<const std::int64_t> v) {
+    tensor<std::int32_t> r(v.dims);
+    for (std::int64_t i = 0; i < v.size(); ++i) {
+      if (v[i] < std::numeric_limits<std::int32_t>::min() || v[i] > std::numeric_limits<std::int32_t>::max()) {
+        std::string at;
+        for (std::int64_t k : v.dims.index_of(i)) at += (at.empty() ? "" : ", ") + std::to_string(k);
+        throw value_error("feed \"" + name + "\": the int64 value " + std::to_string(v[i]) + " at [" + at +
+                          "] does not fit the int32 that graphs hold ids and lengths in");
+      }
+      r[i] = static_cast<std::int32_t>(v[i]);
+    }
+    return r;
+  }
   std::string name_;
   storage type_;
   const void* data_ = nullptr;

@@ -3,8 +3,12 @@
 
 #include <array>
 #include <cstdint>
+#include <initializer_list>
+#include <span>
 #include <string>
+#include <string_view>
 #include <tuple>
+#include <utility>
 
 #include "loom/core/node.hpp"
 #include "loom/core/params.hpp"
@@ -17,9 +21,14 @@ namespace loom {
 std::string to_dot(const plan_view& plan);
 
 /// Creates every parameter the graph uses, initialised like PyTorch's defaults for the layer
-/// that owns it (see init_kind), from a seeded generator. Existing entries are kept.
+/// that owns it (see init_kind), from a seeded generator. Existing entries are kept. A
+/// parameter with a named dim (dyn<"V">) takes its size from `dims` (by name); throws
+/// value_error when it is not there.
 template <class T>
 void init_params(const plan_view& plan, param_store<T>& store, std::uint64_t seed);
+template <class T>
+void init_params(const plan_view& plan, param_store<T>& store, std::uint64_t seed,
+                 std::span<const std::pair<std::string_view, std::int64_t>> dims);
 
 /// The graph whose outputs are Outs...: a plan computed at compile time.
 template <class... Outs>
@@ -46,6 +55,14 @@ struct graph {
   param_store<T> make_params(std::uint64_t seed) const {
     param_store<T> store;
     init_params(plan(), store, seed);
+    return store;
+  }
+  /// The same, giving the sizes of the parameters' named dims: `make_params<float>(1, {{"V", 65}})`.
+  template <class T>
+  param_store<T> make_params(std::uint64_t seed,
+                             std::initializer_list<std::pair<std::string_view, std::int64_t>> dims) const {
+    param_store<T> store;
+    init_params(plan(), store, seed, std::span<const std::pair<std::string_view, std::int64_t>>(dims.begin(), dims.size()));
     return store;
   }
   std::string dot() const { return to_dot(plan()); }

@@ -1,89 +1,168 @@
-// Attention, built from primitives: scaled dot-product attention and multi-head attention.
+// Attention, built from primitives: scaled dot-product attention (PyTorch's
+// F.scaled_dot_product_attention, options and all) and multi-head attention.
 //
-//   attention(q, k, v, masks...) = softmax(mask(q kᵀ / √d_k)) v
-//       q [.., T, d_k], k [.., S, d_k], v [.., S, d_v] -> [.., T, d_v]
-//   self_attention<Prefix, H>(x, masks...), cross_attention<Prefix, H>(x, memory, masks...):
+//   attention<O>(q, k, v, masks...) = softmax(masks(scale · q kᵀ)) v
+//       q [.., Hq, T, d], k [.., Hkv, S, d], v [.., Hkv, S, dv] -> [.., Hq, T, dv]; the leading
+//       dims broadcast (NumPy's rule). Options O (attention_options): scale (0: 1/√d),
+//       is_causal, dropout (on the weights, in training; needs nn::dropout_seed(seed) among the
+//       masks), enable_gqa (Hq a multiple of Hkv: each key/value head serves Hq/Hkv query
+//       heads, read in place — no copy of the keys and values).
+//   self_attention<Prefix, H, O>(x, masks...), cross_attention<Prefix, H, O>(x, memory, masks...):
 //       multi-head attention with PyTorch nn.MultiheadAttention's parameters (batch_first):
 //         Prefix.in_proj_weight [3D, D] (rows: q, k, v), Prefix.in_proj_bias [3D],
-//         Prefix.out_proj.weight [D, D], Prefix.out_proj.bias [D].
+//         Prefix.out_proj.weight [D, D], Prefix.out_proj.bias [D] (no biases with O.bias = false).
 //       x [B, T, D], memory [B, S, D] -> [B, T, D]. Heads are split by reshape + transpose
 //       ([B, T, H·d_k] -> [B, H, T, d_k]) and concatenated back the same way before out_proj.
 //
-// Masks are a small set of specs applied in order: nn::causal, nn::padding(valid_len),
-// nn::allowed(bool_mask). Building the same expression twice gives the same node, so
-// attention_weights(...) called with the same arguments names the weights inside attention().
+// Masks are specs applied to the scores in order (after the scale and is_causal):
+//   nn::causal                 query i sees keys j ≤ i + (S − T) (bottom-right aligned)
+//   nn::padding(len)           keys j ≥ len[b] hidden (len: int [B], PyTorch's key_padding_mask)
+//   nn::left_padding(first)    keys j < first[b] hidden
+//   nn::allowed(mask)          a bool mask, True = may attend (PyTorch SDPA's bool attn_mask)
+//   nn::additive(mask)         a float mask added to the scores (PyTorch's float attn_mask)
+//   any user type F with  template <class S> auto operator()(S scores) const  returning the
+//   masked scores (a node of the same shape), default-constructible (nodes are types).
+// A mask broadcasts onto the scores [.., T, S] (NumPy's rule); one that does not but whose
+// first axis is the scores' first (the batch) aligns that axis with the batch and the rest at
+// the end: [B, T, S] is a mask per sequence and [B, S] one per key, for every head.
+// Building the same expression twice gives the same node, so attention_weights(...) called
+// with the same arguments names the weights inside attention().
 #pragma once
 
-#include <boost/hana/fold_left.hpp>
-#include <boost/hana/tuple.hpp>
+#include <tuple>
+#include <type_traits>
 
+#include "loom/core/broadcast.hpp"
 #include "loom/core/node.hpp"
 #include "loom/nn/linear.hpp"
+#include "loom/nn/masks.hpp"
 #include "loom/ops.hpp"
 
 namespace loom::nn {
 
-/// Causal mask: query i sees keys j ≤ i + (S − T) (the cache length when decoding).
-struct causal_t {};
-inline constexpr causal_t causal{};
+/// The options of attention(), as PyTorch's scaled_dot_product_attention.
+struct attention_options {
+  double scale = 0;         // the scores' factor; 0: 1/√d (d: the last dim of q)
+  bool is_causal = false;   // causal mask, aligned bottom-right (as nn::causal; PyTorch: top-left)
+  double dropout = 0;       // dropout_p on the weights, in training (needs nn::dropout_seed)
+  bool enable_gqa = false;  // grouped-query attention: q's heads a multiple of k's and v's
+};
 
-/// Padding mask from per-sequence key lengths, an int input [B].
-template <class Len>
-struct padding_t {};
-template <class Len>
-constexpr padding_t<Len> padding(Len) {
-  return {};
-}
-
-/// Left-padding mask: keys j < first[b] are hidden (prompts aligned right); first: int [B].
-template <class First>
-struct left_padding_t {};
-template <class First>
-constexpr left_padding_t<First> left_padding(First) {
-  return {};
-}
-
-/// Explicit boolean mask (True may attend), broadcast onto the scores [.., T, S].
-template <class Mask>
-struct allowed_t {};
-template <class Mask>
-constexpr allowed_t<Mask> allowed(Mask) {
-  return {};
-}
+/// The options of the multi-head layers, as nn.MultiheadAttention's.
+struct mha_options {
+  bool bias = true;    // in_proj_bias and out_proj.bias
+  double dropout = 0;  // on the attention weights, in training (needs nn::dropout_seed)
+};
 
 namespace detail {
-template <class S>
-constexpr auto apply_mask(S s, causal_t) {
-  return mask_causal(s);
+
+/// The shapes of grouped-query attention: q [.., Hq, T, d] viewed as [.., Hkv, G, T, d], k and v
+/// [.., Hkv, S, d] as [.., Hkv, 1, S, d], so that the batched matmul broadcasts each key/value
+/// head over its G = Hq / Hkv query heads (no copy); the scores merge back to [.., Hq, T, S].
+template <class QS, class KS>
+struct gqa_shapes {
+  static constexpr bool ranks_ok = QS::rank >= 3 && KS::rank >= 3 && QS::rank < max_rank;
+  using q_heads = dim_at<QS, ranks_ok ? -3 : -1>;
+  using kv_heads = dim_at<KS, ranks_ok ? -3 : -1>;
+  static constexpr bool fixed = is_fixed_dim<q_heads> && is_fixed_dim<kv_heads>;
+  static constexpr long hq = fixed ? q_heads::value : 1, hkv = fixed && kv_heads::value > 0 ? kv_heads::value : 1;
+  static constexpr bool divides = fixed && hq % hkv == 0;
+  static constexpr long groups = hq / hkv;
+  using pre_q = shape_head<QS, ranks_ok ? QS::rank - 3 : 0>;
+  using pre_k = shape_head<KS, ranks_ok ? KS::rank - 3 : 0>;
+  using q5 = shape_cat<pre_q, shape<fix<hkv>, fix<groups>, dim_at<QS, -2>, dim_at<QS, -1>>>;
+  template <class XS>
+  using kv5 = shape_cat<shape_head<XS, ranks_ok ? XS::rank - 3 : 0>, shape<fix<hkv>, fix<1>, dim_at<XS, -2>, dim_at<XS, -1>>>;
+  using batch = broadcast_shape<pre_q, pre_k>;
+  using scores = shape_cat<batch, shape<fix<hq>, dim_at<QS, -2>, dim_at<KS, -2>>>;
+  using weights5 = shape_cat<batch, shape<fix<hkv>, fix<groups>, dim_at<QS, -2>, dim_at<KS, -2>>>;
+  template <class VS>
+  using out = shape_cat<broadcast_shape<pre_q, shape_head<VS, ranks_ok ? VS::rank - 3 : 0>>,
+                        shape<fix<hq>, dim_at<QS, -2>, dim_at<VS, -1>>>;
+};
+
+/// Whether q, k really are grouped (enable_gqa and different head counts), checked.
+template <attention_options O, class Q, class K>
+constexpr bool grouped() {
+  if constexpr (!O.enable_gqa) {
+    return false;
+  } else {
+    using g = gqa_shapes<typename Q::shape, typename K::shape>;
+    static_assert(g::ranks_ok, "attention: enable_gqa needs q [.., Hq, T, d] and k, v [.., Hkv, S, d] (at most 5 axes)");
+    static_assert(g::fixed, "attention: with enable_gqa the head dims Hq and Hkv must be fixed");
+    static_assert(g::divides, "attention: with enable_gqa, q's heads Hq must be a multiple of k's and v's Hkv");
+    return g::ranks_ok && g::fixed && g::divides && g::hq != g::hkv;
+  }
 }
-template <class S, class L>
-constexpr auto apply_mask(S s, padding_t<L>) {
-  return mask_padding(s, L{});
+
+/// The scores q kᵀ [.., Hq, T, S].
+template <attention_options O, class Q, class K>
+constexpr auto raw_scores(Q q, K k) {
+  if constexpr (grouped<O, Q, K>()) {
+    using g = gqa_shapes<typename Q::shape, typename K::shape>;
+    auto s = matmul<false, true>(reshape<typename g::q5>(q), reshape<typename g::template kv5<typename K::shape>>(k));
+    return reshape<typename g::scores>(s);
+  } else {
+    return matmul<false, true>(q, k);
+  }
 }
-template <class S, class F>
-constexpr auto apply_mask(S s, left_padding_t<F>) {
-  return mask_left_padding(s, F{});
+
+template <attention_options O, class Q>
+constexpr double scale_factor() {
+  if constexpr (O.scale != 0) {
+    return O.scale;
+  } else {
+    using d = dim_at<typename Q::shape, -1>;
+    static_assert(is_fixed_dim<d>, "attention: the default scale 1/√d needs a fixed head dim d (or give .scale)");
+    if constexpr (is_fixed_dim<d>) return inv_sqrt<d::value>;
+    else return 1.0;
+  }
 }
-template <class S, class M>
-constexpr auto apply_mask(S s, allowed_t<M>) {
-  return mask_bool(s, M{});
+
+template <double C, class S>
+constexpr auto scaled(S s) {
+  if constexpr (C == 1.0) return s;
+  else return scale<C>(s);
 }
+
+template <bool Causal, class S>
+constexpr auto causal_if(S s) {
+  if constexpr (Causal) return mask_causal(s);
+  else return s;
+}
+
 }  // namespace detail
 
-/// softmax(mask(q kᵀ / √d_k)): q [.., T, d_k], k [.., S, d_k] -> weights [.., T, S].
-template <class Q, class K, class... M>
+/// The attention weights softmax(masks(scale · q kᵀ)) [.., Hq, T, S] of attention<O>(q, k, v,
+/// masks...) (before dropout): the same nodes, so executor::value() reads them.
+template <attention_options O = attention_options{}, class Q, class K, class... M>
 constexpr auto attention_weights(Q q, K k, M... masks) {
-  constexpr long dk = dim_at<typename Q::shape, -1>::value;
-  auto scores = scale<inv_sqrt<dk>>(matmul<false, true>(q, k));  // [.., T, S]
-  auto masked = boost::hana::fold_left(boost::hana::make_tuple(masks...), scores,
-                                       [](auto s, auto m) { return detail::apply_mask(s, m); });
-  return softmax(masked);
+  auto scores = detail::scaled<detail::scale_factor<O, Q>()>(detail::raw_scores<O>(q, k));  // [.., Hq, T, S]
+  return softmax(detail::apply_masks(detail::causal_if<O.is_causal>(scores), masks...));
 }
 
-/// Scaled dot-product attention: softmax(mask(q kᵀ / √d_k)) v -> [.., T, d_v].
-template <class Q, class K, class V, class... M>
+/// Scaled dot-product attention, PyTorch's F.scaled_dot_product_attention:
+/// softmax(masks(scale · q kᵀ)) v, q [.., Hq, T, d], k [.., Hkv, S, d], v [.., Hkv, S, dv] ->
+/// [.., Hq, T, dv] (see the top of this file for the options and masks). Dropout on the weights
+/// (O.dropout > 0) needs nn::dropout_seed(seed) among the masks and is active in training.
+template <attention_options O = attention_options{}, class Q, class K, class V, class... M>
 constexpr auto attention(Q q, K k, V v, M... masks) {
-  return matmul(attention_weights(q, k, masks...), v);
+  using seed = typename detail::seed_of<M...>::type;
+  static_assert(O.dropout == 0 || !std::is_same_v<seed, detail::no_seed>,
+                "attention: dropout on the weights needs nn::dropout_seed(seed) among the masks");
+  static_assert(O.dropout >= 0 && O.dropout < 1, "attention: dropout must be in [0, 1)");
+  auto w = attention_weights<O>(q, k, masks...);
+  auto dropped = [&] {
+    if constexpr (O.dropout > 0 && !std::is_same_v<seed, detail::no_seed>) return dropout<O.dropout>(w, seed{});
+    else return w;
+  }();
+  if constexpr (detail::grouped<O, Q, K>()) {
+    using g = detail::gqa_shapes<typename Q::shape, typename K::shape>;
+    auto o = matmul(reshape<typename g::weights5>(dropped), reshape<typename g::template kv5<typename V::shape>>(v));
+    return reshape<typename g::template out<typename V::shape>>(o);  // [.., Hq, T, dv]
+  } else {
+    return matmul(dropped, v);
+  }
 }
 
 /// The names a decoding layer's state goes by, made here only (at compile time; at run time
@@ -118,6 +197,10 @@ constexpr bool heads_fit() {
   return false;
 }
 
+/// The scores' shape [B, H, T, S] of a multi-head layer over x [B, T, D] with S keys.
+template <class X, int H, class Keys>
+using scores_shape = shape<dim_at<typename X::shape, 0>, fix<H>, dim_at<typename X::shape, 1>, Keys>;
+
 /// [B, T, H·d_k] -> [B, H, T, d_k]
 template <int H, class X>
 constexpr auto split_heads(X x) {
@@ -143,39 +226,47 @@ constexpr auto in_proj_bias() {
   return param<Prefix + ".in_proj_bias", shape<fix<3 * D>>>();
 }
 
+/// x Wᵀ (+ b): a projection with or without its bias.
+template <bool Bias, class X, class W, class B>
+constexpr auto project(X x, W w, B b) {
+  if constexpr (Bias) return add(matmul<false, true>(x, w), b);
+  else return matmul<false, true>(x, w);
+}
+
 /// Projections q, k, v for self-attention: one GEMM with the packed weight.
-template <fixed_string Prefix, class X>
+template <fixed_string Prefix, bool Bias = true, class X>
 constexpr auto self_qkv(X x) {
   constexpr long d = dim_at<typename X::shape, -1>::value;
-  auto qkv = add(matmul<false, true>(x, in_proj_weight<Prefix, d>()), in_proj_bias<Prefix, d>());  // [B, T, 3D]
+  auto qkv = project<Bias>(x, in_proj_weight<Prefix, d>(), in_proj_bias<Prefix, d>());  // [B, T, 3D]
   return split<-1, 3>(qkv);
 }
 
 /// Query of cross-attention: rows [0, D) of the packed weight. x [B, T, D] -> [B, T, D].
-template <fixed_string Prefix, class X>
+template <fixed_string Prefix, bool Bias = true, class X>
 constexpr auto cross_q(X x) {
   constexpr long d = dim_at<typename X::shape, -1>::value;
-  return add(matmul<false, true>(x, slice<0, fix<0>, fix<d>>(in_proj_weight<Prefix, d>())),
-             slice<0, fix<0>, fix<d>>(in_proj_bias<Prefix, d>()));
+  return project<Bias>(x, slice<0, fix<0>, fix<d>>(in_proj_weight<Prefix, d>()),
+                       slice<0, fix<0>, fix<d>>(in_proj_bias<Prefix, d>()));
 }
 
 /// Keys and values of cross-attention, heads split: rows [D, 3D) of the packed weight.
 /// memory [B, S, D] -> ([B, H, S, d_k], [B, H, S, d_k]).
-template <fixed_string Prefix, int H, class Mem>
+template <fixed_string Prefix, int H, bool Bias = true, class Mem>
 constexpr auto cross_kv_heads(Mem mem) {
   constexpr long d = dim_at<typename Mem::shape, -1>::value;
-  auto kv = add(matmul<false, true>(mem, slice<0, fix<d>, fix<2 * d>>(in_proj_weight<Prefix, d>())),
-                slice<0, fix<d>, fix<2 * d>>(in_proj_bias<Prefix, d>()));  // [B, S, 2D]
+  auto kv = project<Bias>(mem, slice<0, fix<d>, fix<2 * d>>(in_proj_weight<Prefix, d>()),
+                          slice<0, fix<d>, fix<2 * d>>(in_proj_bias<Prefix, d>()));  // [B, S, 2D]
   auto [k, v] = split<-1, 2>(kv);
   return std::make_tuple(split_heads<H>(k), split_heads<H>(v));
 }
 
 /// Attention over heads already split ([B, H, T, d_k] and [B, H, S, d_k]), merged back and
 /// projected by out_proj: [B, T, D].
-template <fixed_string Prefix, class QH, class KH, class VH, class... M>
+template <fixed_string Prefix, mha_options O, class QH, class KH, class VH, class... M>
 constexpr auto heads_attention(QH qh, KH kh, VH vh, M... masks) {
   constexpr long d = dim_at<typename QH::shape, 1>::value * dim_at<typename QH::shape, 3>::value;
-  return linear<Prefix + ".out_proj", d>(merge_heads(attention(qh, kh, vh, masks...)));
+  return linear<Prefix + ".out_proj", d, O.bias>(
+      merge_heads(attention<attention_options{.dropout = O.dropout}>(qh, kh, vh, masks...)));
 }
 
 /// The cached keys or values of a layer, fed at each decoding step: [B, H, P, d_k], where P
@@ -203,57 +294,62 @@ constexpr auto memory_input() {
   return input<Name, shape<dim_at<S, 0>, fix<H>, dyn<"S">, fix<dim_at<S, 2>::value / H>>>();
 }
 
-template <fixed_string Prefix, int H, class... M>
+template <fixed_string Prefix, int H, mha_options O, class... M>
 struct self_attention_fn {
   template <class X>
   constexpr auto operator()(X x) const {
-    auto [q, k, v] = self_qkv<Prefix>(x);
-    return heads_attention<Prefix>(split_heads<H>(q), split_heads<H>(k), split_heads<H>(v), M{}...);
+    auto [q, k, v] = self_qkv<Prefix, O.bias>(x);
+    return heads_attention<Prefix, O>(split_heads<H>(q), split_heads<H>(k), split_heads<H>(v), M{}...);
   }
 };
 
 /// The same layer when decoding: keys and values are the cached ones followed by the new
 /// ones, K = concat<time>(cache_k, k_new); masks see S = P + T keys (causal is offset by P).
-template <fixed_string Prefix, int H, class... M>
+template <fixed_string Prefix, int H, mha_options O, class... M>
 struct self_attention_cached_fn {
   template <class X>
   constexpr auto operator()(X x) const {
-    auto [q, k, v] = self_qkv<Prefix>(x);
+    auto [q, k, v] = self_qkv<Prefix, O.bias>(x);
     auto keys = cache_state<cache_k_name<Prefix>, H, X>(split_heads<H>(k));    // [B, H, P + T, d_k]
     auto values = cache_state<cache_v_name<Prefix>, H, X>(split_heads<H>(v));  // [B, H, P + T, d_k]
-    return heads_attention<Prefix>(split_heads<H>(q), keys, values, M{}...);
+    return heads_attention<Prefix, O>(split_heads<H>(q), keys, values, M{}...);
   }
 };
 
-template <fixed_string Prefix, int H, class... M>
+template <fixed_string Prefix, int H, mha_options O, class... M>
 struct cross_attention_fn {
   template <class X, class Mem>
   constexpr auto operator()(X x, Mem mem) const {
     static_assert(dim_at<typename Mem::shape, -1>::value == dim_at<typename X::shape, -1>::value,
                   "cross-attention: memory must have the model dim of the queries");
-    auto [kh, vh] = cross_kv_heads<Prefix, H>(mem);
-    return heads_attention<Prefix>(split_heads<H>(cross_q<Prefix>(x)), kh, vh, M{}...);
+    auto [kh, vh] = cross_kv_heads<Prefix, H, O.bias>(mem);
+    return heads_attention<Prefix, O>(split_heads<H>(cross_q<Prefix, O.bias>(x)), kh, vh, M{}...);
   }
 };
 
 /// Cross-attention against memory projected once per source (memory_k, memory_v inputs).
-template <fixed_string Prefix, int H, class... M>
+template <fixed_string Prefix, int H, mha_options O, class... M>
 struct cross_attention_cached_fn {
   template <class X>
   constexpr auto operator()(X x) const {
-    return heads_attention<Prefix>(split_heads<H>(cross_q<Prefix>(x)), memory_input<memory_k_name<Prefix>, X, H>(),
-                                   memory_input<memory_v_name<Prefix>, X, H>(), M{}...);
+    return heads_attention<Prefix, O>(split_heads<H>(cross_q<Prefix, O.bias>(x)),
+                                      memory_input<memory_k_name<Prefix>, X, H>(),
+                                      memory_input<memory_v_name<Prefix>, X, H>(), M{}...);
   }
 };
 
 }  // namespace detail
 
 /// Multi-head self-attention over x [B, T, D] with H heads -> [B, T, D]; parameters under
-/// Prefix as in nn.MultiheadAttention. Masks: nn::causal, nn::padding(len), nn::allowed(m).
-template <fixed_string Prefix, int H, class X, class... M>
+/// Prefix as in nn.MultiheadAttention (options O: bias, dropout). Masks (see the top of this
+/// file) apply to the scores [B, H, T, T]; one that does not fit them does not compile, with a
+/// short message naming both shapes.
+template <fixed_string Prefix, int H, mha_options O = mha_options{}, class X, class... M>
 constexpr auto self_attention(X x, M...) {
-  if constexpr (detail::heads_fit<X, H>()) return block<detail::self_attention_fn<Prefix, H, M...>, X>{};
-  else return x;  // the static_assert in heads_fit has said what is wrong
+  if constexpr (detail::heads_fit<X, H>() &&
+                detail::masks_fit<detail::scores_shape<X, H, dim_at<typename X::shape, 1>>, M...>())
+    return block<detail::self_attention_fn<Prefix, H, O, M...>, X>{};
+  else return x;  // a static_assert above has said what is wrong
 }
 
 /// Multi-head self-attention over the new positions x [B, T, D] when decoding with a KV
@@ -261,18 +357,20 @@ constexpr auto self_attention(X x, M...) {
 /// `Prefix.cache_v` [B, H, P, d_k]; keys are concat<time>(cache_k, k_new) and nn::causal is
 /// offset by P. Same parameters and same functions as self_attention: prefill (P = 0, T =
 /// prompt), chunked prefill and one-token decode (T = 1) are all this one graph.
-template <fixed_string Prefix, int H, class X, class... M>
+template <fixed_string Prefix, int H, mha_options O = mha_options{}, class X, class... M>
 constexpr auto self_attention_cached(X x, M...) {
-  if constexpr (detail::heads_fit<X, H>()) return block<detail::self_attention_cached_fn<Prefix, H, M...>, X>{};
+  using keys = add_dims_t<dyn<"P">, dim_at<typename X::shape, 1>>;
+  if constexpr (detail::heads_fit<X, H>() && detail::masks_fit<detail::scores_shape<X, H, keys>, M...>())
+    return block<detail::self_attention_cached_fn<Prefix, H, O, M...>, X>{};
   else return x;
 }
 
 /// The updated keys and values [B, H, P + T, d_k] of self_attention_cached<Prefix, H>(x):
 /// the outputs `Prefix.cache_k` and `Prefix.cache_v` that a kv_cache reads after a step (the
 /// same nodes as inside the layer).
-template <fixed_string Prefix, int H, class X>
+template <fixed_string Prefix, int H, mha_options O = mha_options{}, class X>
 constexpr auto cached_keys_values(X x) {
-  auto [q, k, v] = detail::self_qkv<Prefix>(x);
+  auto [q, k, v] = detail::self_qkv<Prefix, O.bias>(x);
   (void)q;
   return std::make_tuple(detail::cache_state<cache_k_name<Prefix>, H, X>(detail::split_heads<H>(k)),
                          detail::cache_state<cache_v_name<Prefix>, H, X>(detail::split_heads<H>(v)));
@@ -280,19 +378,21 @@ constexpr auto cached_keys_values(X x) {
 
 /// Multi-head cross-attention: queries from x [B, T, D], keys and values from memory
 /// [B, S, D] -> [B, T, D]. Masks apply to the scores [B, H, T, S].
-template <fixed_string Prefix, int H, class X, class Mem, class... M>
+template <fixed_string Prefix, int H, mha_options O = mha_options{}, class X, class Mem, class... M>
 constexpr auto cross_attention(X x, Mem, M...) {
-  if constexpr (detail::heads_fit<X, H>() && detail::heads_fit<Mem, H>())
-    return block<detail::cross_attention_fn<Prefix, H, M...>, X, Mem>{};
+  if constexpr (detail::heads_fit<X, H>() && detail::heads_fit<Mem, H>() &&
+                detail::masks_fit<detail::scores_shape<X, H, dim_at<typename Mem::shape, 1>>, M...>())
+    return block<detail::cross_attention_fn<Prefix, H, O, M...>, X, Mem>{};
   else return x;
 }
 
 /// Cross-attention when decoding: keys and values of the encoder memory were projected once
 /// per source (see cross_attention_memory) and enter as inputs `Prefix.memory_k` and
 /// `Prefix.memory_v` [B, H, S, d_k].
-template <fixed_string Prefix, int H, class X, class... M>
+template <fixed_string Prefix, int H, mha_options O = mha_options{}, class X, class... M>
 constexpr auto cross_attention_cached(X x, M...) {
-  if constexpr (detail::heads_fit<X, H>()) return block<detail::cross_attention_cached_fn<Prefix, H, M...>, X>{};
+  if constexpr (detail::heads_fit<X, H>() && detail::masks_fit<detail::scores_shape<X, H, dyn<"S">>, M...>())
+    return block<detail::cross_attention_cached_fn<Prefix, H, O, M...>, X>{};
   else return x;
 }
 
@@ -300,33 +400,33 @@ constexpr auto cross_attention_cached(X x, M...) {
 /// memory [B, S, D], computed once per source, as the outputs `Prefix.memory_k` and
 /// `Prefix.memory_v` — the names of cross_attention_cached's inputs (feed them by name:
 /// executor::named_feeds()).
-template <fixed_string Prefix, int H, class Mem>
+template <fixed_string Prefix, int H, mha_options O = mha_options{}, class Mem>
 constexpr auto cross_attention_memory(Mem mem) {
-  auto [k, v] = detail::cross_kv_heads<Prefix, H>(mem);
+  auto [k, v] = detail::cross_kv_heads<Prefix, H, O.bias>(mem);
   return std::make_tuple(named<memory_k_name<Prefix>>(k), named<memory_v_name<Prefix>>(v));
 }
 
-/// The attention weights [B, H, T, S] inside self_attention<Prefix, H>(x, masks...): the
+/// The attention weights [B, H, T, S] inside self_attention<Prefix, H, O>(x, masks...): the
 /// same nodes, so executor::value() reads them after a forward of a graph using that layer.
-template <fixed_string Prefix, int H, class X, class... M>
+template <fixed_string Prefix, int H, mha_options O = mha_options{}, class X, class... M>
 constexpr auto self_attention_weights(X x, M... masks) {
-  auto [q, k, v] = detail::self_qkv<Prefix>(x);
+  auto [q, k, v] = detail::self_qkv<Prefix, O.bias>(x);
   (void)v;
   return attention_weights(detail::split_heads<H>(q), detail::split_heads<H>(k), masks...);
 }
 
-/// The attention weights [B, H, T, S] inside cross_attention<Prefix, H>(x, memory, masks...).
-template <fixed_string Prefix, int H, class X, class Mem, class... M>
+/// The attention weights [B, H, T, S] inside cross_attention<Prefix, H, O>(x, memory, masks...).
+template <fixed_string Prefix, int H, mha_options O = mha_options{}, class X, class Mem, class... M>
 constexpr auto cross_attention_weights(X x, Mem mem, M... masks) {
-  auto [kh, vh] = detail::cross_kv_heads<Prefix, H>(mem);
+  auto [kh, vh] = detail::cross_kv_heads<Prefix, H, O.bias>(mem);
   (void)vh;
-  return attention_weights(detail::split_heads<H>(detail::cross_q<Prefix>(x)), kh, masks...);
+  return attention_weights(detail::split_heads<H>(detail::cross_q<Prefix, O.bias>(x)), kh, masks...);
 }
 
-/// The attention weights [B, H, T, S] inside cross_attention_cached<Prefix, H>(x, masks...).
-template <fixed_string Prefix, int H, class X, class... M>
+/// The attention weights [B, H, T, S] inside cross_attention_cached<Prefix, H, O>(x, masks...).
+template <fixed_string Prefix, int H, mha_options O = mha_options{}, class X, class... M>
 constexpr auto cross_attention_cached_weights(X x, M... masks) {
-  return attention_weights(detail::split_heads<H>(detail::cross_q<Prefix>(x)),
+  return attention_weights(detail::split_heads<H>(detail::cross_q<Prefix, O.bias>(x)),
                            detail::memory_input<memory_k_name<Prefix>, X, H>(), masks...);
 }
 

@@ -22,11 +22,11 @@ constexpr auto decoder_prefix(X x, Mem mem, Seed seed) {
 
 template <fixed_string P, transformer_config C, class Mode, class X, class Mem, class Seed, class... S, class... M>
 constexpr auto cross_weights_of_layer(X x, Mem mem, Seed seed, type_list<S...>, type_list<M...>) {
-  auto h = sublayer<P + ".norm1", C, Mode>(x, seed, [](auto y) { return self_attn<P + ".self_attn", C, Mode>(y, S{}...); });
+  auto h = sublayer<P + ".norm1", C, Mode>(x, seed, [](auto y) { return self_attn<P + ".self_attn", C, Mode, Seed>(y, S{}...); });
   if constexpr (C.norm_first)
-    return cross_attention_weights<P + ".multihead_attn", static_cast<int>(C.heads)>(layer_norm<P + ".norm2", C.eps>(h),
-                                                                                     mem, M{}...);
-  else return cross_attention_weights<P + ".multihead_attn", static_cast<int>(C.heads)>(h, mem, M{}...);
+    return cross_attention_weights<P + ".multihead_attn", static_cast<int>(C.heads), attn_options<C, Mode>>(
+        layer_norm<P + ".norm2", C.eps>(h), mem, M{}...);
+  else return cross_attention_weights<P + ".multihead_attn", static_cast<int>(C.heads), attn_options<C, Mode>>(h, mem, M{}...);
 }
 
 }  // namespace detail

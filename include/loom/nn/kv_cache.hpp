@@ -12,6 +12,7 @@
 #include "loom/core/tensor.hpp"
 #include "loom/graph/executor.hpp"
 #include "loom/graph/feed.hpp"
+#include "loom/graph/graph.hpp"
 #include "loom/graph/plan.hpp"
 
 namespace loom::nn {
@@ -39,6 +40,16 @@ class kv_cache {
     }
   kv_cache(const G& step, std::int64_t batch, std::int64_t capacity) : kv_cache(plan_view(step.plan()), batch, capacity) {}
 
+  /// A cache for the decoding graph of the model type `Model` — a decode_mode model such as
+  /// language_model<C, decode_mode> or seq2seq<C, decode_mode> (its logits()) or
+  /// transformer_body<C, decode_mode> (its output()): the model knows its layers, heads and
+  /// head size. `auto cache = kv_cache<float>::of<nn::language_model<c, nn::decode_mode>>(4, 256);`
+  template <class Model>
+  static kv_cache of(std::int64_t batch, std::int64_t capacity) {
+    if constexpr (requires { Model::logits(); }) return kv_cache(make_graph(Model::logits()), batch, capacity);
+    else return kv_cache(make_graph(Model::output()), batch, capacity);
+  }
+
   /// Positions cached so far (the bound value of the dim "P" in the next step).
   std::int64_t length() const { return length_; }
   std::int64_t capacity() const { return capacity_; }
@@ -57,6 +68,12 @@ class kv_cache {
   /// by n (returned). Throws shape_error when an output does not fit (was the step run with
   /// this cache's feeds?), capacity_error past the capacity; the cache is unchanged then.
   std::int64_t append(const executor<T>& run);
+  /// Reorders the cached sequences: sequence b becomes what sequence from[b] was (a gather of
+  /// the cache rows by beam origin, as beam search needs after choosing its beams; from may
+  /// repeat and skip sequences). Copies length() positions per sequence, not the capacity.
+  /// Throws value_error (changing nothing) when from has not batch() entries or one is
+  /// outside [0, batch()).
+  void reorder(std::span<const std::int64_t> from);
   /// Forgets every position: the cache is ready for a new prompt.
   void reset() { length_ = 0; }
   /// Rewinds to `length` positions (≤ length()), e.g. to retry from an earlier point.
@@ -75,6 +92,7 @@ class kv_cache {
   std::vector<block> blocks_;
   std::string p_name_;  // the dim of the cached positions ("P")
   std::int64_t batch_, capacity_, length_ = 0;
+  std::vector<T> scratch_;  // reorder's copy of the positions it moves
 };
 
 /// One decoding step: feeds the cache's states and `feeds` (tokens, positions, the projected

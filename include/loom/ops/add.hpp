@@ -1,8 +1,11 @@
-// add: y = a + b, where b's shape is a's or a suffix of it (a bias [D] on [B, T, D]).
-//   backward: da = dy;  db = dy summed over the axes b lacks.
+// add: y = a + b, broadcast (NumPy's rule, core/broadcast.hpp): a bias [D] on [B, T, D], a
+// float attention mask [T, S] or [B, 1, T, S] on scores [B, H, T, S], [B, T, 1] + [1, S].
+//   backward: da = dy summed over the axes a broadcasts along (axes it lacks or has of size 1);
+//             db likewise.
 // sum: y = Σ x over every element, a scalar (shape<>).  backward: dx = dy.
 #pragma once
 
+#include "loom/core/broadcast.hpp"
 #include "loom/core/node.hpp"
 
 namespace loom {
@@ -37,19 +40,21 @@ struct add_op {
   static constexpr const op_entry& entry = add_entry;
   template <class A, class B>
   struct rule {
-    static_assert(is_shape_suffix<A, B>,
-                  "add: the second operand's dims must equal the first's, or its trailing dims");
-    using type = A;
+    static_assert(shapes_broadcast<A, B>,
+                  "add: the operands' shapes do not broadcast (aligned at the last axis, each pair of dims must "
+                  "be equal or one of them 1)");
+    using type = broadcast_shape<A, B>;
   };
 };
 
-/// a + b, b broadcast over a's leading axes (b's shape is a suffix of a's).
+/// a + b elementwise, the two broadcast together (NumPy's rule): [B, T, D] + [D], [B, H, T, S] +
+/// [B, 1, T, S]. Shapes that do not broadcast do not compile (the message names both).
 template <class A, class B>
 constexpr node<add_op, A, B> add(A, B) {
   return {};
 }
 
-/// a + b for nodes; the operand with fewer axes is broadcast.
+/// a + b for nodes (add).
 template <class A, class B>
   requires(is_node<A> && is_node<B>)
 constexpr auto operator+(A a, B b) {

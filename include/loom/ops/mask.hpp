@@ -9,11 +9,16 @@
 //                                   in sequence b when j ≥ valid_len[b] (d2l's valid_lens).
 //   mask_left_padding(scores, first): key j is masked in sequence b when j < first[b]
 //                                   (prompts aligned to the right, as in batched decoding).
-//   mask_bool(scores, allowed):     allowed [.., T, S] (bool), broadcast over leading dims and
-//                                   over axes of size 1: masked where allowed is false
-//                                   (PyTorch's boolean attn_mask: True may attend).
+//   mask_bool(scores, allowed):     allowed (bool) broadcast onto the scores [.., T, S] (NumPy's
+//                                   rule: aligned at the last axis, size 1 or missing axes
+//                                   repeated): masked where allowed is false (PyTorch's SDPA
+//                                   boolean attn_mask: True may attend).
+//   mask_bool<L>(scores, allowed):  the same with the mask's first L axes aligned with the
+//                                   scores' first L axes instead, the rest at the end: a
+//                                   per-sequence mask [B, T, S] (L = 1) on scores [B, H, T, S],
+//                                   or a key mask [B, S] (L = 1) on them.
 //
-//   backward (all three): dx = dy where the score was kept, 0 where it was masked.
+//   backward (all of them): dx = dy where the score was kept, 0 where it was masked.
 #pragma once
 
 #include <tuple>
@@ -95,24 +100,38 @@ struct mask_padding_op {
 };
 
 namespace detail {
-template <class MaskShape, class ScoreShape>
+/// The axis of the scores (rank SR) that axis I of a mask (rank MR) with Lead leading axes
+/// aligned falls on.
+constexpr int mask_axis_on_scores(int i, int mask_rank, int score_rank, int lead) {
+  return i < lead ? i : score_rank - (mask_rank - i);
+}
+template <class MaskShape, class ScoreShape, int Lead>
 constexpr bool bool_mask_fits() {
-  if constexpr (MaskShape::rank > ScoreShape::rank) {
+  if constexpr (MaskShape::rank > ScoreShape::rank || Lead > MaskShape::rank) {
     return false;
   } else {
-    constexpr int off = ScoreShape::rank - MaskShape::rank;
     return []<std::size_t... I>(std::index_sequence<I...>) {
       return ((std::is_same_v<dim_at<MaskShape, static_cast<int>(I)>, fix<1>> ||
-               std::is_same_v<dim_at<MaskShape, static_cast<int>(I)>, dim_at<ScoreShape, off + static_cast<int>(I)>>) &&
+               std::is_same_v<dim_at<MaskShape, static_cast<int>(I)>,
+                              dim_at<ScoreShape, mask_axis_on_scores(static_cast<int>(I), MaskShape::rank,
+                                                                     ScoreShape::rank, Lead)>>) &&
               ...);
     }(std::make_index_sequence<MaskShape::rank>{});
   }
 }
 }  // namespace detail
 
-/// True when a boolean mask broadcasts onto the scores (trailing dims equal or 1).
-template <class MaskShape, class ScoreShape>
-inline constexpr bool bool_mask_broadcasts = detail::bool_mask_fits<MaskShape, ScoreShape>();
+/// True when a boolean mask broadcasts onto the scores: aligned at the last axis (or, with
+/// Lead > 0, its first Lead axes at the scores' first axes), each dim equal or 1. A failed
+/// check prints both shapes.
+template <class MaskShape, class ScoreShape, int Lead = 0>
+inline constexpr bool bool_mask_broadcasts = detail::bool_mask_fits<MaskShape, ScoreShape, Lead>();
+
+/// mask_bool's attributes (stored in its node's descriptor, read by its kernels).
+struct mask_bool_attrs {
+  long lead = 0;  // the mask's first `lead` axes align with the scores' first axes
+  constexpr auto fields() { return std::tie(lead); }
+};
 
 namespace ops {
 template <class T>
@@ -134,12 +153,15 @@ inline constexpr op_entry mask_bool_entry{
 };
 LOOM_REGISTER_OP(mask_bool_entry);
 
+template <int Lead>
 struct mask_bool_op {
   static constexpr const op_entry& entry = mask_bool_entry;
+  static constexpr mask_bool_attrs attrs{Lead};
   template <class S, class M>
   struct rule {
-    static_assert(bool_mask_broadcasts<M, S>,
-                  "mask_bool: the mask's dims must equal the scores' trailing dims, or be 1");
+    static_assert(bool_mask_broadcasts<M, S, Lead>,
+                  "mask_bool: the mask does not broadcast onto the scores (aligned at the last axis, each of its "
+                  "dims must equal the scores' or be 1)");
     using type = S;
   };
 };
@@ -164,9 +186,11 @@ constexpr node<mask_padding_op<true>, X, L> mask_left_padding(X, L) {
   return {};
 }
 
-/// Masks scores where the boolean input `allowed` is false (PyTorch's bool attn_mask).
-template <class X, class M>
-constexpr node<mask_bool_op, X, M> mask_bool(X, M) {
+/// Masks scores where the boolean input `allowed` is false (PyTorch SDPA's bool attn_mask),
+/// `allowed` broadcast onto the scores; with Lead > 0 its first Lead axes align with the
+/// scores' first axes (a mask [B, T, S] on scores [B, H, T, S]: Lead = 1).
+template <int Lead = 0, class X, class M>
+constexpr node<mask_bool_op<Lead>, X, M> mask_bool(X, M) {
   static_assert(desc_of<resolve_t<M>>.elem == dtype::u8, "mask_bool: the mask must be a bool input");
   return {};
 }

@@ -2,15 +2,19 @@
 //
 //   a: [..., M, K]  (or [..., K, M] with TransA)    b: [..., K, N]  (or [..., N, K] with TransB)
 //   c = op(a) · op(b): [..., M, N]
-//   The batch dims (all but the last two) are the same in a and b, or absent from one of them,
-//   which is then shared across the batch (a weight matrix, say).
+//   The batch dims (all but the last two) broadcast (NumPy's rule, core/broadcast.hpp): absent
+//   from one operand (a weight matrix shared across the batch), or of size 1 in one of them
+//   (keys [B, Hkv, 1, S, d] shared by the G query heads of q [B, Hkv, G, T, d]: grouped-query
+//   attention without a copy of the keys).
 //
-//   backward:  d op(a) = dc · op(b)ᵀ,   d op(b) = op(a)ᵀ · dc   (summed over the batch when
-//              that operand is shared), transposed back for an operand given transposed.
+//   backward:  d op(a) = dc · op(b)ᵀ,   d op(b) = op(a)ᵀ · dc   (summed over the batch entries
+//              that share that operand's matrix, in order), transposed back for an operand
+//              given transposed.
 #pragma once
 
 #include <tuple>
 
+#include "loom/core/broadcast.hpp"
 #include "loom/core/node.hpp"
 
 namespace loom {
@@ -19,10 +23,9 @@ namespace loom {
 template <class KofA, class KofB>
 inline constexpr bool inner_dims_match = std::is_same_v<KofA, KofB>;
 
-/// True when matmul batch dims agree: equal, or absent from one operand.
+/// True when matmul batch dims broadcast: equal, absent from one operand, or 1 in one of them.
 template <class BatchA, class BatchB>
-inline constexpr bool batch_dims_match =
-    std::is_same_v<BatchA, BatchB> || BatchA::rank == 0 || BatchB::rank == 0;
+inline constexpr bool batch_dims_match = shapes_broadcast<BatchA, BatchB>;
 
 namespace ops {
 template <class T>
@@ -70,8 +73,9 @@ struct matmul_op {
     using batch_a = shape_head<A, A::rank - 2>;
     using batch_b = shape_head<B, B::rank - 2>;
     static_assert(batch_dims_match<batch_a, batch_b>,
-                  "matmul: batch dims of a and b differ (they must be equal, or absent from one operand)");
-    using batch = std::conditional_t<(batch_a::rank >= batch_b::rank), batch_a, batch_b>;
+                  "matmul: the batch dims of a and b do not broadcast (aligned at the last batch axis, each pair "
+                  "must be equal or one of them 1)");
+    using batch = broadcast_shape<batch_a, batch_b>;
     using type = shape_cat<batch, shape<dim_at<A, TransA ? -1 : -2>, dim_at<B, TransB ? -2 : -1>>>;
   };
 };

@@ -1,5 +1,6 @@
-// mul: y = a ⊙ b, where b's shape is a's or a suffix of it (a scale [D] on [B, T, D]).
-//   backward: da = dy ⊙ b;  db = Σ over the axes b lacks of dy ⊙ a.
+// mul: y = a ⊙ b, broadcast (NumPy's rule, core/broadcast.hpp): a scale [D] on [B, T, D], [B, T, 1]
+// ⊙ [B, T, D].
+//   backward: da = dy ⊙ b summed over the axes a broadcasts along;  db = dy ⊙ a likewise.
 #pragma once
 
 #include "loom/core/node.hpp"
@@ -29,18 +30,21 @@ struct mul_op {
   static constexpr const op_entry& entry = mul_entry;
   template <class A, class B>
   struct rule {
-    static_assert(is_shape_suffix<A, B>, "mul: the second operand's dims must equal the first's, or its trailing dims");
-    using type = A;
+    static_assert(shapes_broadcast<A, B>,
+                  "mul: the operands' shapes do not broadcast (aligned at the last axis, each pair of dims must "
+                  "be equal or one of them 1)");
+    using type = broadcast_shape<A, B>;
   };
 };
 
-/// a ⊙ b elementwise, b broadcast over a's leading axes (b's shape is a suffix of a's).
+/// a ⊙ b elementwise, the two broadcast together (NumPy's rule). Shapes that do not broadcast
+/// do not compile (the message names both).
 template <class A, class B>
 constexpr node<mul_op, A, B> mul(A, B) {
   return {};
 }
 
-/// a ⊙ b for nodes; the operand with fewer axes is broadcast.
+/// a ⊙ b for nodes (mul).
 template <class A, class B>
   requires(is_node<A> && is_node<B>)
 constexpr auto operator*(A a, B b) {

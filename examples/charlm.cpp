@@ -1,0 +1,190 @@
+// A character-level language model, decoder-only (nn::language_model), trained from scratch on
+// verses this program writes itself from a small grammar (no download), printing samples as
+// it learns; then it generates through the KV cache with temperature and top-k.
+//
+//   charlm [--minutes M] [--steps N] [--threads N] [--out DIR] [--seed S] [--temperature T] [--top-k K]
+//
+// The vocabulary is learnt from the text at run time (language_model with tgt_vocab = 0: its
+// dim "V" is bound by the parameters' shapes). Writes DIR/loss.csv, DIR/loss.svg (the loss
+// curve) and DIR/samples.txt.
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "cli.hpp"
+#include "loom/data/vocab.hpp"
+#include "loom/data/windows.hpp"
+#include "loom/loom.hpp"
+#include "loom/nn/generate.hpp"
+#include "loom/nn/kv_cache.hpp"
+#include "loom/nn/transformer.hpp"
+#include "loom/train/progress.hpp"
+#include "loom/train/trainer.hpp"
+
+using namespace loom;
+
+namespace {
+
+// ---- the text: verses of four lines from a small grammar, e.g.
+//   the old fox went down by the river,
+//   and the little hen kept the silver key.
+struct grammar {
+  std::vector<std::string> adjectives{"old", "little", "grey", "brave", "quiet", "silver", "happy", "red", "small"};
+  std::vector<std::string> nouns{"fox", "hen", "cat", "crow", "miller", "baker", "king", "sailor", "mouse", "owl"};
+  std::vector<std::string> things{"key", "bell", "boat", "lamp", "song", "coat", "ring", "loaf"};
+  std::vector<std::string> places{"river", "mill", "hill", "moon", "garden", "sea", "wood", "gate"};
+  std::vector<std::string> went{"slept", "sang", "danced", "waited", "went down", "ran home", "laughed"};
+  std::vector<std::string> did{"kept", "found", "lost", "carried", "mended", "sold"};
+  std::vector<std::string> preps{"by", "under", "over", "near", "beyond"};
+
+  std::string line(rng& g, bool first) const {
+    auto pick = [&](const std::vector<std::string>& v) { return v[g.below(v.size())]; };
+    std::string s = first ? "the " : "and the ";
+    if (g.below(2)) s += pick(adjectives) + " ";
+    s += pick(nouns) + " ";
+    if (g.below(2)) s += pick(went) + " " + pick(preps) + " the " + pick(places);
+    else s += pick(did) + " the " + (g.below(2) ? pick(adjectives) + " " : "") + pick(things);
+    return s;
+  }
+  /// `verses` verses of four lines, a blank line after each.
+  std::string text(std::size_t verses, std::uint64_t seed) const {
+    rng g(seed);
+    std::string t;
+    for (std::size_t v = 0; v < verses; ++v)
+      for (int l = 0; l < 4; ++l) t += line(g, l % 2 == 0) + (l % 2 == 0 ? ",\n" : l == 3 ? ".\n\n" : ".\n");
+    return t;
+  }
+};
+
+constexpr std::int64_t window = 64;  // the positions the model trains on (and should generate within)
+constexpr nn::transformer_config cfg{.d_model = 64, .heads = 4, .ffn = 192, .decoder_layers = 2,
+                                     .tgt_vocab = 0};  // 0: the vocabulary's size is bound at run time
+using train_model = nn::language_model<cfg, nn::train_mode>;
+using decode_model = nn::language_model<cfg, nn::decode_mode>;
+
+struct settings {
+  double minutes = 2.5;
+  long steps = 4000;
+  int threads = 0;
+  std::string out = "out/charlm";
+  std::uint64_t seed = 1;
+  double temperature = 0.8;
+  int top_k = 5;
+};
+
+void add_options(CLI::App& app, settings& s) {
+  app.add_option("--minutes", s.minutes, "stop training after this many minutes")->check(cli::number(0.0, 1e6));
+  app.add_option("--steps", s.steps, "training steps")->check(cli::whole_number(1, 100'000'000));
+  app.add_option("--threads", s.threads, "worker threads (0: all cores)")->check(cli::whole_number(0, max_threads));
+  app.add_option("--out", s.out, "folder of the files written")->check(cli::writable_folder);
+  app.add_option("--seed", s.seed, "seed of the text, the initial weights, the batches and the samples")
+      ->check(cli::whole_number(0, UINT64_MAX - 4));
+  app.add_option("--temperature", s.temperature, "sample from softmax(logits / T); 0: greedy")
+      ->check(cli::number(0.0, 100.0));
+  app.add_option("--top-k", s.top_k, "sample among the K most likely characters (0: all)")
+      ->check(cli::whole_number(0, 1000));
+}
+
+/// A continuation of `prompt` through the KV cache, as text (prompt + new characters).
+std::string sample(executor<float>& step, nn::kv_cache<float>& cache, const vocab& chars, const std::string& prompt,
+                   int new_chars, double temperature, int top_k, std::uint64_t seed) {
+  const auto ids = chars.encode(prompt);
+  auto r = nn::generate(step, cache, {std::vector<int>(ids.begin(), ids.end())},
+                        {.max_new_tokens = new_chars, .temperature = temperature, .top_k = top_k, .seed = seed});
+  std::string text = prompt;
+  for (int id : r.tokens[0]) text += id >= 4 ? chars.token(id) : "";  // no special tokens in a sample
+  return text;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  settings s;
+  CLI::App app("Trains a character-level language model on generated verse, then samples from it.", "charlm");
+  add_options(app, s);
+  cli::parse(app, argc, argv);
+  std::string out = s.out;  // the default too, before minutes of training
+  if (const std::string problem = cli::writable_folder(out); !problem.empty()) cli::fail(app, "--out: " + problem);
+  try {
+
+    // ---- data: one text, learnt character by character; the last tenth held out
+    const std::string text = grammar{}.text(4000, s.seed);
+    const vocab chars = vocab::characters({text});
+    const auto ids = chars.encode(text);
+    const std::size_t cut = ids.size() * 9 / 10;
+    const window_batcher train({ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(cut)}, window);
+    const window_batcher valid({ids.begin() + static_cast<std::ptrdiff_t>(cut), ids.end()}, window);
+    std::printf("text: %zu characters of generated verse (%d distinct tokens with the special ones), e.g.\n\n%s\n",
+                text.size(), chars.size(), text.substr(0, text.find("\n\n") + 1).c_str());
+
+    // ---- the model: its vocabulary size is the text's, given when the parameters are made
+    auto train_graph = make_graph(train_model::loss());
+    auto params = train_graph.make_params<float>(s.seed, {{"V", chars.size()}});
+    auto step_graph = make_graph(decode_model::logits());
+    std::printf("model: %ld layers, d_model %ld, %ld heads, window %lld: %lld parameters\n", cfg.decoder_layers,
+                cfg.d_model, cfg.heads, static_cast<long long>(window), static_cast<long long>(params.numel()));
+
+    auto run = train_graph.executor<float>(params, {.threads = s.threads});
+    auto eval = train_graph.executor<float>(params, {.threads = s.threads, .inference = true});
+    auto step = step_graph.executor<float>(params, {.threads = s.threads, .inference = true});
+    auto cache = nn::kv_cache<float>::of<decode_model>(1, window);  // one sequence, the training window
+    adam<float> opt(params, {.lr = 3e-3});
+    opt.set_schedule(warmup_cosine(3e-3, s.steps / 20, s.steps, 1e-4));
+    trainer<float> tr(run, params, opt, {.total_steps = s.steps, .clip_norm = 1.0, .csv_path = s.out + "/loss.csv"});
+    auto validation_loss = [&] {
+      double total = 0;
+      const std::int64_t batches = std::min<std::int64_t>(8, valid.windows() / 32);
+      for (std::int64_t b = 0; b < batches; ++b) {
+        auto batch = valid.consecutive(b * 32, 32);
+        eval.forward({{"tokens", batch.tokens}, {"target", batch.target}});
+        total += eval.output()[0];
+      }
+      return total / static_cast<double>(batches);
+    };
+
+    std::ofstream samples(s.out + "/samples.txt");
+    std::printf("training for at most %ld steps or %.1f minutes on %d thread(s)\n", s.steps, s.minutes, run.threads());
+    for (long n = 1; n <= s.steps; ++n) {
+      auto batch = train.random(n, 16, s.seed);
+      tr.step({{"tokens", batch.tokens}, {"target", batch.target}}, batch.tokens.size());
+      const bool last = n == s.steps || tr.seconds() > s.minutes * 60;
+      if (n % 500 == 0 || last) {
+        tr.validation(validation_loss());
+        const std::string text_now = sample(step, cache, chars, "the ", static_cast<int>(window) - 4, 0.0, 0, 0);
+        std::fprintf(stderr, "\n--- step %ld, greedy from \"the \":\n%s\n---\n", n, text_now.c_str());
+        samples << "step " << n << " (greedy):\n" << text_now << "\n\n";
+      }
+      if (last) break;
+    }
+    tr.finish();
+    std::printf("trained %lld steps in %.1f s (%.1f ms/step)\n", static_cast<long long>(tr.steps()), tr.seconds(),
+                1e3 * tr.seconds() / static_cast<double>(tr.steps()));
+
+    // ---- generation through the cache, sampled; within the training window (beyond it the
+    // model meets positions it has never seen, and degrades)
+    std::printf("\nsamples (temperature %.2f, top-k %d, %lld characters each):\n", s.temperature, s.top_k,
+                static_cast<long long>(window));
+    for (std::uint64_t k = 0; k < 4; ++k) {
+      const std::string prompt = k % 2 ? "and the " : "the ";
+      const std::string t = sample(step, cache, chars, prompt, static_cast<int>(window - static_cast<std::int64_t>(prompt.size())),
+                                   s.temperature, s.top_k, s.seed + k);
+      std::printf("\n%s\n", t.c_str());
+      samples << "sample " << k << " (temperature " << s.temperature << ", top-k " << s.top_k << "):\n" << t << "\n\n";
+    }
+
+    write_loss_curve_svg(s.out + "/loss.svg", tr.train_curve(), tr.valid_curve(), "charlm: training and validation loss",
+                         {.log_y = true});
+    std::printf("\nfiles written:\n  %s/loss.csv\n  %s/loss.svg\n  %s/samples.txt\n", s.out.c_str(), s.out.c_str(),
+                s.out.c_str());
+    std::printf("\nresult: validation loss %.3f nats/character after %lld steps in %.0f s\n",
+                tr.valid_curve().empty() ? 0.0 : tr.valid_curve().back().second, static_cast<long long>(tr.steps()),
+                tr.seconds());
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "charlm: error: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
