@@ -81,7 +81,7 @@ int view_below(const plan_view& p, std::span<const std::uint8_t> absorbable, int
     if (d.op == &transpose_entry) {
       const auto perm = load_attrs<transpose_attrs>(d).perm;
       st.kind = view_step::permute;
-      for (int a = 0; a < d.rank; ++a) st.perm[a] = static_cast<std::int8_t>(perm[a]);
+      for (int a = 0; a < d.rank && a < max_rank; ++a) st.perm[a] = static_cast<std::int8_t>(perm[a]);
     } else if (d.op == &reshape_entry && split_axis(p, x) >= 0) {
       st.kind = view_step::split;
       st.axis = split_axis(p, x);

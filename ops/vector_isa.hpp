@@ -7,7 +7,11 @@
 // parallel chunk calls (a lambda inside a marked function is not cloned with it). Private.
 #pragma once
 
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+//
+// Not under ThreadSanitizer: the ifunc resolver runs while the program is being relocated,
+// before TSan's run time is set up, and its instrumented code crashes there; TSan builds use
+// the baseline version (the same source, the same bits).
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_THREAD__)
 #define LOOM_VECTOR_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #else
 #define LOOM_VECTOR_CLONES
