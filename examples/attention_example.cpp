@@ -46,13 +46,13 @@ void print_heat_map(loom::tensor_view<const float> w) {
 
 int main(int argc, char** argv) {
   std::string dot_path;
-  CLI::App app("The worked self-attention example of the tutorials, checked and drawn.", "attention_example");
-  app.add_option("--dot", dot_path, "also write the graph as Graphviz DOT to this file");
-  cli::parse(app, argc, argv);
+  cli::command_line app("The worked self-attention example of the tutorials, checked and drawn.", "attention_example");
+  app.text("--dot", dot_path, "also write the graph as Graphviz DOT to this file");
+  app.parse(argc, argv);
   std::ofstream dot_file;
   if (!dot_path.empty()) {  // opened first: an unwritable path fails before any work
     dot_file.open(dot_path);
-    if (!dot_file) cli::fail(app, "--dot: cannot write \"" + dot_path + "\"");
+    if (!dot_file) app.fail("--dot: cannot write \"" + dot_path + "\"");
   }
 
   auto g = worked::graph();
@@ -83,7 +83,7 @@ int main(int argc, char** argv) {
 
   if (!dot_path.empty()) {
     dot_file << g.dot() << std::flush;
-    if (!dot_file) cli::fail(app, "--dot: cannot write \"" + dot_path + "\"");
+    if (!dot_file) app.fail("--dot: cannot write \"" + dot_path + "\"");
     std::printf("graph written to %s (render: dot -Tsvg %s -o graph.svg)\n", dot_path.c_str(), dot_path.c_str());
   }
   return worst <= 1e-4f && check.ok ? 0 : 1;

@@ -75,17 +75,14 @@ struct settings {
   int top_k = 5;
 };
 
-void add_options(CLI::App& app, settings& s) {
-  app.add_option("--minutes", s.minutes, "stop training after this many minutes")->check(cli::number(0.0, 1e6));
-  app.add_option("--steps", s.steps, "training steps")->check(cli::whole_number(1, 100'000'000));
-  app.add_option("--threads", s.threads, "worker threads (0: all cores)")->check(cli::whole_number(0, max_threads));
-  app.add_option("--out", s.out, "folder of the files written")->check(cli::writable_folder);
-  app.add_option("--seed", s.seed, "seed of the text, the initial weights, the batches and the samples")
-      ->check(cli::whole_number(0, UINT64_MAX - 4));
-  app.add_option("--temperature", s.temperature, "sample from softmax(logits / T); 0: greedy")
-      ->check(cli::number(0.0, 100.0));
-  app.add_option("--top-k", s.top_k, "sample among the K most likely characters (0: all)")
-      ->check(cli::whole_number(0, 1000));
+void add_options(cli::command_line& app, settings& s) {
+  app.number("--minutes", s.minutes, 0.0, 1e6, "stop training after this many minutes")
+      .whole("--steps", s.steps, 1, 100'000'000, "training steps")
+      .whole("--threads", s.threads, 0, max_threads, "worker threads (0: all cores)")
+      .folder("--out", s.out, "folder of the files written")
+      .whole("--seed", s.seed, 0, UINT64_MAX - 4, "seed of the text, the initial weights, the batches and the samples")
+      .number("--temperature", s.temperature, 0.0, 100.0, "sample from softmax(logits / T); 0: greedy")
+      .whole("--top-k", s.top_k, 0, 1000, "sample among the K most likely characters (0: all)");
 }
 
 /// A continuation of `prompt` through the KV cache, as text (prompt + new characters).
@@ -103,11 +100,11 @@ std::string sample(executor<float>& step, nn::kv_cache<float>& cache, const voca
 
 int main(int argc, char** argv) {
   settings s;
-  CLI::App app("Trains a character-level language model on generated verse, then samples from it.", "charlm");
+  cli::command_line app("Trains a character-level language model on generated verse, then samples from it.", "charlm");
   add_options(app, s);
-  cli::parse(app, argc, argv);
-  std::string out = s.out;  // the default too, before minutes of training
-  if (const std::string problem = cli::writable_folder(out); !problem.empty()) cli::fail(app, "--out: " + problem);
+  app.parse(argc, argv);
+  // the default too, before minutes of training
+  if (const std::string problem = cli::writable_folder(s.out); !problem.empty()) app.fail("--out: " + problem);
   try {
 
     // ---- data: one text, learnt character by character; the last tenth held out

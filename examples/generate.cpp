@@ -37,28 +37,20 @@ int main(int argc, char** argv) try {
   long train_steps = 1500;
   std::uint64_t seed = 1;
   std::vector<std::string> numbers;
-  CLI::App app("Streams translations of numbers through the KV cache, greedy or sampled.", "generate");
-  auto* checkpoint_option =
-      app.add_option("--checkpoint", checkpoint, "parameters to load (without one, trains first)")
-          ->check(CLI::ExistingFile);
-  app.add_option("--temperature", temperature, "sample from softmax(logits / T); 0: greedy")
-      ->check(cli::number(0.0, 100.0));
-  app.add_option("--top-k", top_k, "sample among the K most likely tokens (0: all)")
-      ->check(cli::whole_number(0, tgt_vocab));
-  app.add_option("--seed", seed, "seed of the sampling")->check(cli::whole_number());
-  app.add_option("--threads", threads, "worker threads (0: all cores)")
-      ->check(cli::whole_number(0, max_threads));
-  app.add_option("--train-steps", train_steps, "steps to train when there is no checkpoint")
-      ->check(cli::whole_number(1, 10'000'000));
-  app.add_option("numbers", numbers, "numbers to translate (up to 9 digits each)")
-      ->check(CLI::Validator(
-          [](std::string& n) {
-            return !n.empty() && n.size() <= 9 && n.find_first_not_of("0123456789") == std::string::npos
-                       ? std::string()
-                       : "\"" + n + "\" is not a number of 1 to 9 digits";
-          },
-          "DIGITS", "number"));
-  cli::parse(app, argc, argv);
+  bool checkpoint_given = false;
+  cli::command_line app("Streams translations of numbers through the KV cache, greedy or sampled.", "generate");
+  app.existing_file("--checkpoint", checkpoint, "parameters to load (without one, trains first)", &checkpoint_given)
+      .number("--temperature", temperature, 0.0, 100.0, "sample from softmax(logits / T); 0: greedy")
+      .whole("--top-k", top_k, 0, tgt_vocab, "sample among the K most likely tokens (0: all)")
+      .whole("--seed", seed, 0, UINT64_MAX, "seed of the sampling")
+      .whole("--threads", threads, 0, max_threads, "worker threads (0: all cores)")
+      .whole("--train-steps", train_steps, 1, 10'000'000, "steps to train when there is no checkpoint")
+      .positional("numbers", numbers, "numbers to translate (up to 9 digits each)", [](const std::string& n) {
+        return !n.empty() && n.size() <= 9 && n.find_first_not_of("0123456789") == std::string::npos
+                   ? std::string()
+                   : "\"" + n + "\" is not a number of 1 to 9 digits";
+      });
+  app.parse(argc, argv);
   if (numbers.empty()) numbers = {"4071", "19", "700000", "123456789", "80808080"};
 
   const task t(999'999'999, 60'000, 10, 10, 1);
@@ -67,11 +59,11 @@ int main(int argc, char** argv) try {
   auto train_graph = make_graph(nn::seq2seq<cfg, nn::train_mode>::loss<pad, 0.1>());
   auto params = train_graph.make_params<float>(1);
 
-  if (checkpoint_option->count() > 0 || std::filesystem::exists(checkpoint)) {
+  if (checkpoint_given || std::filesystem::exists(checkpoint)) {
     try {
       load_checkpoint(checkpoint, params);
     } catch (const error& e) {  // corrupt, or another model's
-      cli::fail(app, std::string("--checkpoint: ") + e.what());
+      app.fail(std::string("--checkpoint: ") + e.what());
     }
     std::printf("loaded %s\n", checkpoint.c_str());
   } else {

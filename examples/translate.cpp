@@ -64,23 +64,18 @@ struct world_t {  // this process alone
 };
 #endif
 
-void add_options(CLI::App& app, settings& s) {
-  app.add_option("--minutes", s.minutes, "stop training after this many minutes")
-      ->check(cli::number(0.0, 1e6));
-  app.add_option("--steps", s.steps, "training steps")->check(cli::whole_number(1, 100'000'000));
-  app.add_option("--threads", s.threads, "worker threads (0: all cores)")
-      ->check(cli::whole_number(0, max_threads));
-  app.add_option("--out", s.out, "folder of the files written")->check(cli::writable_folder);
-  app.add_option("--seed", s.seed, "seed of the data split, the initial weights and the batches")
-      ->check(cli::whole_number());
-  app.add_option("--batch", s.batch, "examples per step")->check(cli::whole_number(1, 4096));
-  app.add_option("--max", s.max_number, "largest number in the data")
-      ->check(cli::whole_number(100'000, 999'999'999));
-  app.add_option("--checkpoint-every", s.checkpoint_every, "save a checkpoint every N steps (0: only at the end)")
-      ->check(cli::whole_number(0, 100'000'000));
-  app.add_flag("--resume", s.resume, "continue from the checkpoint in --out, if there is one");
-  app.add_option("--accumulate", s.accumulate, "micro-batches per process and step (gradient accumulation)")
-      ->check(cli::whole_number(1, 4096));
+void add_options(cli::command_line& app, settings& s) {
+  app.number("--minutes", s.minutes, 0.0, 1e6, "stop training after this many minutes")
+      .whole("--steps", s.steps, 1, 100'000'000, "training steps")
+      .whole("--threads", s.threads, 0, max_threads, "worker threads (0: all cores)")
+      .folder("--out", s.out, "folder of the files written")
+      .whole("--seed", s.seed, 0, UINT64_MAX, "seed of the data split, the initial weights and the batches")
+      .whole("--batch", s.batch, 1, 4096, "examples per step")
+      .whole("--max", s.max_number, 100'000, 999'999'999, "largest number in the data")
+      .whole("--checkpoint-every", s.checkpoint_every, 0, 100'000'000,
+             "save a checkpoint every N steps (0: only at the end)")
+      .flag("--resume", s.resume, "continue from the checkpoint in --out, if there is one")
+      .whole("--accumulate", s.accumulate, 1, 4096, "micro-batches per process and step (gradient accumulation)");
 }
 
 // The settings a checkpoint was trained with: a resumed run must have the same.
@@ -113,15 +108,15 @@ double validation_loss(const task& t, const Graph& eval_loss, param_store<float>
 
 }  // namespace
 
-int train_and_evaluate(const settings& s, const CLI::App& app, world_t* world);
+int train_and_evaluate(const settings& s, const cli::command_line& app, world_t* world);
 
 int main(int argc, char** argv) {
   settings s;
-  CLI::App app("Trains a Transformer to write numbers in words, then evaluates it.", "translate");
+  cli::command_line app("Trains a Transformer to write numbers in words, then evaluates it.", "translate");
   add_options(app, s);
-  cli::parse(app, argc, argv);
-  std::string out = s.out;  // the default too, before minutes of training
-  if (const std::string problem = cli::writable_folder(out); !problem.empty()) cli::fail(app, "--out: " + problem);
+  app.parse(argc, argv);
+  // the default too, before minutes of training
+  if (const std::string problem = cli::writable_folder(s.out); !problem.empty()) app.fail("--out: " + problem);
 #ifdef LOOM_HAVE_DISTRIBUTED
   if (distributed::launched_by_mpi())
     return distributed::run(argc, argv,
@@ -130,7 +125,7 @@ int main(int argc, char** argv) {
   return train_and_evaluate(s, app, nullptr);
 }
 
-int train_and_evaluate(const settings& s, const CLI::App& app, world_t* world) {
+int train_and_evaluate(const settings& s, const cli::command_line& app, world_t* world) {
   const int rank = world ? world->rank() : 0, ranks = world ? world->size() : 1;
   if (rank != 0) std::freopen("/dev/null", "w", stdout);  // rank 0 speaks and writes the files
   try {
@@ -174,11 +169,11 @@ int train_and_evaluate(const settings& s, const CLI::App& app, world_t* world) {
         saved = load_checkpoint(checkpoint, params, opt);
 #endif
       } catch (const error& e) {
-        cli::fail(app, std::string("--resume: ") + e.what());
+        app.fail(std::string("--resume: ") + e.what());
       }
       for (const auto& [key, value] : metadata)
         if (saved[key] != value)
-          cli::fail(app, "--resume: " + checkpoint + " was trained with " + key + " " +
+          app.fail("--resume: " + checkpoint + " was trained with " + key + " " +
                              (saved[key].empty() ? "(none)" : saved[key]) + ", this run has " + value +
                              ": resume with the same settings, or without --resume to start afresh");
       std::printf("resumed from %s at step %lld\n", checkpoint.c_str(), static_cast<long long>(opt.steps()));
