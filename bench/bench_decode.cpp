@@ -8,7 +8,7 @@
 // grows linearly with the cache length for attention when cached; the whole prefix is
 // recomputed otherwise). Cached figures are the median of 5 runs after a warm-up.
 //
-//   bench_decode [--threads N] [--quick]
+//   bench_decode [--threads N] [--quick] [--cached-only]   (--cached-only: no recomputation, for profiling)
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -80,12 +80,13 @@ double mean(const std::vector<double>& v, std::size_t from, std::size_t to) {
 
 int main(int argc, char** argv) {
   int threads = 0;
-  bool quick = false;
+  bool quick = false, cached_only = false;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--threads") && i + 1 < argc) threads = std::stoi(argv[++i]);
     else if (!std::strcmp(argv[i], "--quick")) quick = true;
+    else if (!std::strcmp(argv[i], "--cached-only")) cached_only = true;
     else {
-      std::fprintf(stderr, "usage: %s [--threads N] [--quick]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--threads N] [--quick] [--cached-only]\n", argv[0]);
       return 2;
     }
   }
@@ -104,7 +105,9 @@ int main(int argc, char** argv) {
   for (int n : {128, 512}) {
     nn::kv_cache<float> cache(step, 1, 16 + n);
     std::vector<int> cached_tokens, recomputed_tokens;
-    cached_steps(run_step, cache, prompt, 8, nullptr);  // warm-up
+    // warm-up of at least a quarter second: OpenBLAS's idle thread spins for about 0.1 s after
+    // the library loads, on a core that the second executor thread needs
+    for (auto t0 = clock_type::now(); seconds_since(t0) < 0.25;) cached_steps(run_step, cache, prompt, 8, nullptr);
     std::vector<double> runs;
     std::vector<std::vector<double>> steps;  // per repetition, per step
     for (int rep = 0; rep < (quick ? 1 : 5); ++rep) {
@@ -120,6 +123,11 @@ int main(int argc, char** argv) {
       per_step[i] = median(at);
     }
     const double cached = median(runs);
+    if (cached_only) {
+      std::printf("%10d %14.3f %16s %8s %9.2f MiB\n", n, cached * 1e3, "-", "-",
+                  static_cast<double>(cache.bytes()) / (1 << 20));
+      continue;
+    }
     auto recompute = recompute_steps(run_full, prompt, quick ? std::min(n, 64) : n, &recomputed_tokens);
     const double recomputed = mean(recompute, 0, recompute.size());
     const bool same = std::equal(recomputed_tokens.begin(), recomputed_tokens.end(), cached_tokens.begin());
@@ -130,7 +138,7 @@ int main(int argc, char** argv) {
       recompute_512 = recompute;
     }
   }
-  if (!quick) {
+  if (!quick && !cached_only) {
     std::printf("\nper-token cost by position while generating 512 tokens (ms; cached: each step's median of 5 runs):\n");
     std::printf("%12s %10s %12s\n", "positions", "cached", "recompute");
     for (std::size_t b = 0; b + 64 <= cached_512.size() + 1; b += 64) {

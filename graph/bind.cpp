@@ -72,7 +72,13 @@ std::vector<const feed*> match_feeds(const plan_view& plan, std::span<const feed
 std::vector<std::int64_t> bind_symbols(const plan_view& plan, const std::vector<const feed*>& fed,
                                        const std::vector<const dims_t*>& param_dims) {
   std::vector<std::int64_t> s(plan.syms.size(), -1);
-  std::vector<std::string> source(plan.syms.size());
+  struct where {  // which input's or parameter's axis bound a symbol (named only in an error)
+    int node = -1, axis = -1;
+    bool feed = false;
+  };
+  std::vector<where> source(plan.syms.size());
+  auto who = [&](int i, bool from_feed) { return (from_feed ? "input " : "parameter ") + quoted(plan.order[i]->name); };
+  auto text = [&](const where& w) { return who(w.node, w.feed) + " axis " + std::to_string(w.axis); };
   for (int j = 0; j < 2 * plan.size(); ++j) {
     const int i = j % plan.size();
     const bool from_feed = j < plan.size();
@@ -80,27 +86,26 @@ std::vector<std::int64_t> bind_symbols(const plan_view& plan, const std::vector<
     const node_desc* d = plan.order[i];
     const dims_t& got = from_feed ? fed[i]->dims() : *param_dims[i];
     if (!from_feed && got.rank != d->rank) continue;  // step 3 says what is wrong
-    std::string who = (from_feed ? "input " : "parameter ") + quoted(d->name);
     if (got.rank != d->rank)
-      throw shape_error("forward: " + who + " must have rank " + std::to_string(d->rank) + " (" +
+      throw shape_error("forward: " + who(i, from_feed) + " must have rank " + std::to_string(d->rank) + " (" +
                         plan.shape_text(i) + "), got shape " + got.str());
     for (int a = 0; a < d->rank; ++a) {
       const plan_dim& pd = plan.dims[i][a];
       if (pd.n_syms == 0) {
         if (from_feed && got.d[a] != pd.constant)  // a parameter's fixed dims: step 3 checks them
-          throw shape_error("forward: " + who + " axis " + std::to_string(a) + " must be " +
+          throw shape_error("forward: " + who(i, from_feed) + " axis " + std::to_string(a) + " must be " +
                             std::to_string(pd.constant) + ", got " + std::to_string(got.d[a]) + " (shape " +
                             got.str() + ")");
         continue;
       }
       auto k = static_cast<std::size_t>(pd.sym[0]);
-      std::string here = who + " axis " + std::to_string(a);
+      const where here{i, a, from_feed};
       if (s[k] < 0) {
         s[k] = got.d[a];
         source[k] = here;
       } else if (s[k] != got.d[a]) {
         throw shape_error("forward: dim " + quoted(plan.syms[k]) + " is " + std::to_string(s[k]) + " from " +
-                          source[k] + " but " + std::to_string(got.d[a]) + " from " + here);
+                          text(source[k]) + " but " + std::to_string(got.d[a]) + " from " + text(here));
       }
     }
   }

@@ -9,10 +9,12 @@
 
 #include <cblas.h>
 
+#include <algorithm>
 #include <limits>
 #include <string>
 
 #include "loom/core/errors.hpp"
+#include "parallel.hpp"
 
 namespace loom::ops {
 namespace {
@@ -28,6 +30,12 @@ template <class T>
 void scale_c(std::int64_t m, std::int64_t n, T beta, T* c, std::int64_t ldc) {
   for (std::int64_t i = 0; i < m; ++i)
     for (std::int64_t j = 0; j < n; ++j) c[i * ldc + j] = beta == T(0) ? T(0) : beta * c[i * ldc + j];
+}
+
+// Columns per parallel chunk of a one-row product with inner dimension k.
+std::int64_t gemv_columns(std::int64_t k) {
+  const std::int64_t cols = std::max<std::int64_t>(16, (std::int64_t{1} << 16) / std::max<std::int64_t>(1, k));
+  return (cols + 15) / 16 * 16;
 }
 
 CBLAS_TRANSPOSE tr(bool t) { return t ? CblasTrans : CblasNoTrans; }
@@ -70,9 +78,17 @@ void gemm(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64
   if (m == 1) {
     // c[1, N] = op(a)[1, K] · op(b)[K, N], i.e. cᵀ = op(b)ᵀ · op(a)ᵀ; op(a) is row 0 of a, or
     // column 0 of the stored [K, 1] matrix (stride lda) when transposed
+    // column (= output) chunks in parallel: decoding reads each weight once per token, and one
+    // core's share of the cache bandwidth bounds a GEMV, so a second core nearly halves it. The
+    // chunks (about 2^16 multiply-adds, a multiple of 16 columns) depend on the sizes only.
     const int inc_a = trans_a ? static_cast<int>(lda) : 1;
-    if (trans_b) gemv(CblasNoTrans, N, K, alpha, b, static_cast<int>(ldb), a, inc_a, beta, c, 1);  // b is [N, K]
-    else gemv(CblasTrans, K, N, alpha, b, static_cast<int>(ldb), a, inc_a, beta, c, 1);            // b is [K, N]
+    for_chunks(n, gemv_columns(k), [&](std::int64_t j0, std::int64_t j1) {
+      const int cols = static_cast<int>(j1 - j0);
+      if (trans_b)  // b is [N, K]
+        gemv(CblasNoTrans, cols, K, alpha, b + j0 * ldb, static_cast<int>(ldb), a, inc_a, beta, c + j0, 1);
+      else  // b is [K, N]
+        gemv(CblasTrans, K, cols, alpha, b + j0, static_cast<int>(ldb), a, inc_a, beta, c + j0, 1);
+    });
     return;
   }
   if (n == 1) {

@@ -4,6 +4,7 @@
 //   backward: dx += dy.
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -26,12 +27,22 @@ void positional_encoding_kernel<T>::forward(const op_args<T>& a) {
       if (pos[r] < 0)
         throw value_error("add_positional_encoding: positions" + index_text(r, a.in_dims[1]) + " = " +
                           std::to_string(pos[r]) + " is negative (positions count from 0)");
-  // 10000^(2i/D) for column j = 2i or 2i + 1
-  std::vector<double> timescale(static_cast<std::size_t>(d));
-  for (std::int64_t j = 0; j < d; ++j)
-    timescale[static_cast<std::size_t>(j)] = std::pow(10000.0, static_cast<double>(j - j % 2) / static_cast<double>(d));
+  // 10000^(2i/D) for column j = 2i or 2i + 1, one table per D kept per thread (decoding runs
+  // this for one row per token, where D calls of pow cost more than the row itself). Tables
+  // are never changed once made: a kernel this thread runs while it waits (TBB may start
+  // another node here) cannot move the one in use.
+  thread_local std::map<std::int64_t, std::vector<double>> timescales;
+  std::vector<double>& timescale = timescales[d];
+  if (static_cast<std::int64_t>(timescale.size()) != d) {
+    timescale.resize(static_cast<std::size_t>(d));
+    for (std::int64_t j = 0; j < d; ++j)
+      timescale[static_cast<std::size_t>(j)] =
+          j % 2 ? timescale[static_cast<std::size_t>(j - 1)]
+                : std::pow(10000.0, static_cast<double>(j) / static_cast<double>(d));
+  }
+  const double* scale_of = timescale.data();  // this thread's table: the lambda runs on others
   auto pe_value = [&](std::int64_t p, std::int64_t j) {
-    const double angle = static_cast<double>(p) / timescale[static_cast<std::size_t>(j)];
+    const double angle = static_cast<double>(p) / scale_of[j];
     return static_cast<T>(j % 2 == 0 ? std::sin(angle) : std::cos(angle));
   };
   const T* x = a.input(0);
