@@ -12,9 +12,11 @@
 #include <algorithm>
 #include <limits>
 #include <string>
+#include <type_traits>
 
 #include "loom/core/errors.hpp"
 #include "parallel.hpp"
+#include "small_gemm.hpp"
 
 namespace loom::ops {
 namespace {
@@ -98,6 +100,8 @@ void gemm(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64
     else gemv(CblasNoTrans, M, K, alpha, a, static_cast<int>(lda), b, inc_b, beta, c, static_cast<int>(ldc));
     return;
   }
+  if constexpr (std::is_same_v<T, float>)
+    if (small_gemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)) return;
   gemm_call(trans_a, trans_b, M, N, K, alpha, a, static_cast<int>(lda), b, static_cast<int>(ldb), beta, c,
             static_cast<int>(ldc));
 }

@@ -1,0 +1,20 @@
+// loom's own single-precision GEMM for the products of small models, where OpenBLAS spends a
+// tenth of its time repacking operands it then uses only a few times. Private to ops/.
+#pragma once
+
+#include <cstdint>
+
+namespace loom::ops {
+
+/// C[M,N] = alpha · op(A) · op(B) + beta · C (row-major; C is not read when beta is 0) when
+/// the CPU has AVX-512 and the shape suits: N a multiple of 16 and at most 256, K at most 1024,
+/// not both operands transposed. Returns false, having touched nothing, otherwise (the caller
+/// then asks the BLAS).
+///
+/// Every element of C is one chain of fused multiply-adds over k in order, so its bits depend
+/// only on its row of op(A), its column of op(B), alpha, beta and its old value: never on M,
+/// on N, on how the caller splits the rows, or on the thread count.
+bool small_gemm(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k, float alpha, const float* a,
+                std::int64_t lda, const float* b, std::int64_t ldb, float beta, float* c, std::int64_t ldc);
+
+}  // namespace loom::ops

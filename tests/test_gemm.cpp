@@ -1,0 +1,130 @@
+// ops::gemm in single precision: loom's own kernel for small N (ops/small_gemm.cpp, on CPUs with
+// AVX-512) and the BLAS for the rest must both give C = alpha · op(A) · op(B) + beta · C, for
+// every transpose, leading dimensions wider than the matrices, tails of rows and columns, and
+// beta = 0 never reading C. The reference is the triple loop in double.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "../ops/blas.hpp"
+#include "../ops/small_gemm.hpp"
+
+using namespace loom;
+using i64 = std::int64_t;
+
+namespace {
+
+struct product {
+  bool ta, tb;
+  i64 m, n, k;
+  float alpha, beta;
+};
+
+// Runs ops::gemm on random operands stored with padded leading dimensions; returns the largest
+// error relative to Σ|a·b| + |beta·c| per element (the scale float rounding works at).
+double worst_error(const product& p, bool nan_in_c) {
+  std::mt19937 rng(static_cast<unsigned>(p.m * 131 + p.n * 17 + p.k * 7 + p.ta * 3 + p.tb));
+  std::uniform_real_distribution<float> u(-1.f, 1.f);
+  const i64 a_rows = p.ta ? p.k : p.m, a_cols = p.ta ? p.m : p.k;
+  const i64 b_rows = p.tb ? p.n : p.k, b_cols = p.tb ? p.k : p.n;
+  const i64 lda = a_cols + 3, ldb = b_cols + 5, ldc = p.n + 7;
+  std::vector<float> a(static_cast<std::size_t>(a_rows * lda)), b(static_cast<std::size_t>(b_rows * ldb)),
+      c(static_cast<std::size_t>(p.m * ldc));
+  for (auto& x : a) x = u(rng);
+  for (auto& x : b) x = u(rng);
+  for (auto& x : c) x = nan_in_c ? std::numeric_limits<float>::quiet_NaN() : u(rng);
+  const std::vector<float> c0 = c;
+  ops::gemm<float>(p.ta, p.tb, p.m, p.n, p.k, p.alpha, a.data(), lda, b.data(), ldb, p.beta, c.data(), ldc);
+  double worst = 0;
+  for (i64 i = 0; i < p.m; ++i) {
+    for (i64 j = 0; j < p.n; ++j) {
+      double sum = 0, mag = 0;
+      for (i64 q = 0; q < p.k; ++q) {
+        const double x = p.ta ? a[q * lda + i] : a[i * lda + q];
+        const double y = p.tb ? b[j * ldb + q] : b[q * ldb + j];
+        sum += x * y;
+        mag += std::fabs(x * y);
+      }
+      const double old = p.beta == 0.f ? 0.0 : double(p.beta) * c0[i * ldc + j];
+      const double want = double(p.alpha) * sum + old;
+      const double scale = std::fabs(double(p.alpha)) * mag + std::fabs(old) + 1e-30;
+      const double error = std::fabs(double(c[i * ldc + j]) - want) / scale;
+      if (!std::isfinite(error)) return 1.0;  // NaN compares false: never let it pass as small
+      worst = std::max(worst, error);
+    }
+    for (i64 j = p.n; j < ldc; ++j)  // the padding of each row of C is left alone
+      if (!(std::isnan(c0[i * ldc + j]) ? std::isnan(c[i * ldc + j]) : c[i * ldc + j] == c0[i * ldc + j])) return 1.0;
+  }
+  return worst;
+}
+
+}  // namespace
+
+TEST_CASE("single-precision gemm matches the double-precision product for every transpose and ragged sizes") {
+  for (bool ta : {false, true})
+    for (bool tb : {false, true})
+      for (i64 m : {1, 2, 7, 8, 9, 33, 70})
+        for (i64 n : {2, 16, 48, 64, 80, 256, 272})
+          for (i64 k : {1, 5, 64, 300}) {
+            const product p{ta, tb, m, n, k, 1.f, 0.f};
+            INFO("ta " << ta << " tb " << tb << " m " << m << " n " << n << " k " << k);
+            CHECK(worst_error(p, false) < 1e-5);
+          }
+}
+
+TEST_CASE("gemm scales by alpha, adds beta times C, and does not read C when beta is 0") {
+  for (bool ta : {false, true})
+    for (bool tb : {false, true})
+      for (const auto& [alpha, beta] : {std::pair{0.125f, 1.f}, {-2.f, 0.5f}, {1.f, 0.f}})
+        for (i64 n : {32, 100}) {  // loom's kernel, then the BLAS
+          const product p{ta, tb, 37, n, 45, alpha, beta};
+          INFO("ta " << ta << " tb " << tb << " alpha " << alpha << " beta " << beta << " n " << n);
+          CHECK(worst_error(p, false) < 1e-5);
+          if (beta == 0.f) CHECK(worst_error(p, true) < 1e-5);  // NaN in C must not leak in
+        }
+}
+
+TEST_CASE("loom's small-N kernel takes only the shapes it is made for and leaves the rest untouched") {
+  std::vector<float> a(2048 * 4, 1.f), b(2048 * 300, 1.f), c(300 * 300, 7.f);
+  auto takes = [&](bool ta, bool tb, i64 m, i64 n, i64 k) {
+    return ops::small_gemm(ta, tb, m, n, k, 1.f, a.data(), ta ? m : k, b.data(), tb ? k : n, 0.f, c.data(), n);
+  };
+  // never: both transposed, N not a multiple of 16, N above 256, K above 1024 or zero, no rows
+  CHECK_FALSE(takes(true, true, 4, 32, 8));
+  CHECK_FALSE(takes(false, false, 4, 40, 8));
+  CHECK_FALSE(takes(false, false, 4, 272, 8));
+  CHECK_FALSE(takes(false, false, 4, 32, 1025));
+  CHECK_FALSE(takes(false, false, 4, 32, 0));
+  CHECK_FALSE(takes(false, false, 0, 32, 8));
+  CHECK(c[0] == 7.f);  // refused: nothing written
+  if (__builtin_cpu_supports("avx512f")) {  // the kernel's own shapes, when the CPU has it
+    CHECK(takes(false, false, 4, 32, 8));
+    CHECK(takes(false, true, 4, 256, 1024));
+    CHECK(takes(true, false, 4, 16, 3));
+    CHECK(c[0] == 3.f);  // the last product: 3 ones times ones
+  }
+}
+
+TEST_CASE("every element of a product has the same bits however the rows are split") {
+  // the executor splits products into row chunks by size only; loom's kernel makes each element
+  // one chain over k, so even a different split gives the same bits (a chunk of one row is a
+  // GEMV, which the BLAS computes: chunks of 10 here)
+  std::mt19937 rng(3);
+  std::uniform_real_distribution<float> u(-1.f, 1.f);
+  const i64 m = 45, n = 64, k = 200;
+  std::vector<float> a(static_cast<std::size_t>(m * k)), b(static_cast<std::size_t>(k * n));
+  for (auto& x : a) x = u(rng);
+  for (auto& x : b) x = u(rng);
+  std::vector<float> whole(static_cast<std::size_t>(m * n)), split(static_cast<std::size_t>(m * n));
+  ops::gemm<float>(false, false, m, n, k, 1.f, a.data(), k, b.data(), n, 0.f, whole.data(), n);
+  for (i64 r0 = 0; r0 < m; r0 += 10) {
+    const i64 rows = std::min<i64>(10, m - r0);
+    ops::gemm<float>(false, false, rows, n, k, 1.f, a.data() + r0 * k, k, b.data(), n, 0.f, split.data() + r0 * n, n);
+  }
+  if (__builtin_cpu_supports("avx512f")) CHECK(whole == split);
+  else SUCCEED("no AVX-512: the BLAS computes these; its row splits are not promised to agree bit for bit");
+}
