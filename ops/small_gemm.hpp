@@ -1,5 +1,5 @@
-// loom's own single-precision GEMM for the products of small models, where OpenBLAS spends a
-// tenth of its time repacking operands it then uses only a few times. Private to ops/.
+// loom's own single-precision GEMM for the layer-sized products of loom's models (N and K up to
+// 1024), where OpenBLAS 0.3.21 repacks both operands at every call. Private to ops/.
 #pragma once
 
 #include <cstdint>
@@ -7,8 +7,8 @@
 namespace loom::ops {
 
 /// C[M,N] = alpha · op(A) · op(B) + beta · C (row-major; C is not read when beta is 0) when
-/// the CPU has AVX-512 and the shape suits: N a multiple of 16 and at most 256, K at most 1024,
-/// not both operands transposed. Returns false, having touched nothing, otherwise (the caller
+/// the CPU has AVX-512 and the shape suits: 16 ≤ N ≤ 1024, 1 ≤ K ≤ 1024, not both operands
+/// transposed. Returns false, having touched nothing, otherwise (the caller
 /// then asks the BLAS).
 ///
 /// Every element of C is one chain of fused multiply-adds over k in order, so its bits depend

@@ -68,8 +68,8 @@ TEST_CASE("single-precision gemm matches the double-precision product for every 
   for (bool ta : {false, true})
     for (bool tb : {false, true})
       for (i64 m : {1, 2, 7, 8, 9, 33, 70})
-        for (i64 n : {2, 16, 48, 64, 80, 256, 272})
-          for (i64 k : {1, 5, 64, 300}) {
+        for (i64 n : {2, 15, 16, 40, 48, 64, 100, 272, 1000, 1040})
+          for (i64 k : {1, 5, 64, 300, 1100}) {
             const product p{ta, tb, m, n, k, 1.f, 0.f};
             INFO("ta " << ta << " tb " << tb << " m " << m << " n " << n << " k " << k);
             CHECK(worst_error(p, false) < 1e-5);
@@ -80,7 +80,7 @@ TEST_CASE("gemm scales by alpha, adds beta times C, and does not read C when bet
   for (bool ta : {false, true})
     for (bool tb : {false, true})
       for (const auto& [alpha, beta] : {std::pair{0.125f, 1.f}, {-2.f, 0.5f}, {1.f, 0.f}})
-        for (i64 n : {32, 100}) {  // loom's kernel, then the BLAS
+        for (i64 n : {32, 100, 1200}) {  // loom's kernel (full, ragged), then the BLAS
           const product p{ta, tb, 37, n, 45, alpha, beta};
           INFO("ta " << ta << " tb " << tb << " alpha " << alpha << " beta " << beta << " n " << n);
           CHECK(worst_error(p, false) < 1e-5);
@@ -88,24 +88,26 @@ TEST_CASE("gemm scales by alpha, adds beta times C, and does not read C when bet
         }
 }
 
-TEST_CASE("loom's small-N kernel takes only the shapes it is made for and leaves the rest untouched") {
-  std::vector<float> a(2048 * 4, 1.f), b(2048 * 300, 1.f), c(300 * 300, 7.f);
+TEST_CASE("loom's kernel takes only the shapes it is made for and leaves the rest untouched") {
+  std::vector<float> a(2048 * 8, 1.f), b(2048 * 1100, 1.f), c(8 * 1100, 7.f);
   auto takes = [&](bool ta, bool tb, i64 m, i64 n, i64 k) {
     return ops::small_gemm(ta, tb, m, n, k, 1.f, a.data(), ta ? m : k, b.data(), tb ? k : n, 0.f, c.data(), n);
   };
-  // never: both transposed, N not a multiple of 16, N above 256, K above 1024 or zero, no rows
+  // never: both transposed, N below 16 or above 1024, K above 1024 or zero, no rows
   CHECK_FALSE(takes(true, true, 4, 32, 8));
-  CHECK_FALSE(takes(false, false, 4, 40, 8));
-  CHECK_FALSE(takes(false, false, 4, 272, 8));
+  CHECK_FALSE(takes(false, false, 4, 8, 8));
+  CHECK_FALSE(takes(false, false, 4, 1040, 8));
   CHECK_FALSE(takes(false, false, 4, 32, 1025));
   CHECK_FALSE(takes(false, false, 4, 32, 0));
   CHECK_FALSE(takes(false, false, 0, 32, 8));
   CHECK(c[0] == 7.f);  // refused: nothing written
   if (__builtin_cpu_supports("avx512f")) {  // the kernel's own shapes, when the CPU has it
     CHECK(takes(false, false, 4, 32, 8));
-    CHECK(takes(false, true, 4, 256, 1024));
-    CHECK(takes(true, false, 4, 16, 3));
+    CHECK(takes(false, true, 4, 1024, 1024));
+    CHECK(takes(false, false, 8, 1000, 2));  // a ragged N
+    CHECK(takes(true, false, 4, 40, 3));
     CHECK(c[0] == 3.f);  // the last product: 3 ones times ones
+    CHECK(c[39] == 3.f);  // the ragged edge (columns past N untouched: the first test case)
   }
 }
 
