@@ -16,7 +16,7 @@
 
 #include "loom/core/errors.hpp"
 #include "parallel.hpp"
-#include "small_gemm.hpp"
+#include "sgemm_avx512.hpp"
 
 namespace loom::ops {
 namespace {
@@ -101,7 +101,7 @@ void gemm(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64
     return;
   }
   if constexpr (std::is_same_v<T, float>)
-    if (small_gemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)) return;
+    if (sgemm_avx512(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)) return;
   gemm_call(trans_a, trans_b, M, N, K, alpha, a, static_cast<int>(lda), b, static_cast<int>(ldb), beta, c,
             static_cast<int>(ldc));
 }

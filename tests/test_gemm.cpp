@@ -1,4 +1,4 @@
-// ops::gemm in single precision: loom's own kernel for small N (ops/small_gemm.cpp, on CPUs with
+// ops::gemm in single precision: loom's own kernel for small N (ops/sgemm_avx512.cpp, on CPUs with
 // AVX-512) and the BLAS for the rest must both give C = alpha · op(A) · op(B) + beta · C, for
 // every transpose, leading dimensions wider than the matrices, tails of rows and columns, and
 // beta = 0 never reading C. The reference is the triple loop in double.
@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "../ops/blas.hpp"
-#include "../ops/small_gemm.hpp"
+#include "../ops/sgemm_avx512.hpp"
 
 using namespace loom;
 using i64 = std::int64_t;
@@ -91,7 +91,7 @@ TEST_CASE("gemm scales by alpha, adds beta times C, and does not read C when bet
 TEST_CASE("loom's kernel takes only the shapes it is made for and leaves the rest untouched") {
   std::vector<float> a(2048 * 8, 1.f), b(2048 * 1100, 1.f), c(8 * 1100, 7.f);
   auto takes = [&](bool ta, bool tb, i64 m, i64 n, i64 k) {
-    return ops::small_gemm(ta, tb, m, n, k, 1.f, a.data(), ta ? m : k, b.data(), tb ? k : n, 0.f, c.data(), n);
+    return ops::sgemm_avx512(ta, tb, m, n, k, 1.f, a.data(), ta ? m : k, b.data(), tb ? k : n, 0.f, c.data(), n);
   };
   // never: both transposed, N below 16 or above 1024, K above 1024 or zero, no rows
   CHECK_FALSE(takes(true, true, 4, 32, 8));

@@ -1,4 +1,4 @@
-// loom's single-precision GEMM (see small_gemm.hpp). op(B) is copied into panels of 32
+// loom's single-precision GEMM (see sgemm_avx512.hpp). op(B) is copied into panels of 32
 // columns, [K, 32] each and contiguous, the last zero-padded to 16 or 32 (K·N floats: small next
 // to the M·N·K multiply-adds; skipped when B is [K, N] already, N is a multiple of 16 and M is
 // too small to repay the copy); op(A) is read in place, one element broadcast per row and k. A
@@ -10,24 +10,24 @@
 // ([256, 64]·[64, 256], [64 × 512]ᵀ·[512, 64], [256, 256]·[256, 1024], ...) and on 1024³. In a
 // training step (scripts/bench_vs_torch, same run, fused): tiny step −7% at 1 thread, −10% at 2;
 // MHA forward + backward at T = 1024 −4%.
-#include "small_gemm.hpp"
+#include "sgemm_avx512.hpp"
 
 #include <algorithm>
 #include <vector>
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
-#define LOOM_SMALL_GEMM 1
+#define LOOM_SGEMM_AVX512 1
 #endif
 
 namespace loom::ops {
 
-#if LOOM_SMALL_GEMM
+#if LOOM_SGEMM_AVX512
 namespace {
 
 using i64 = std::int64_t;
 
-// The largest N and K it takes (see small_gemm.hpp).
+// The largest N and K it takes (see sgemm_avx512.hpp).
 constexpr i64 max_n = 1024, max_k = 1024;
 
 // R rows × 16·NV columns of C from op(A) (element (i, k) at a[i·a_row + k·a_k]) and a panel of
@@ -90,7 +90,7 @@ const bool has_avx512 = [] {
 
 }  // namespace
 
-bool small_gemm(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k, float alpha, const float* a,
+bool sgemm_avx512(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k, float alpha, const float* a,
                 std::int64_t lda, const float* b, std::int64_t ldb, float beta, float* c, std::int64_t ldc) {
   if (!has_avx512 || (trans_a && trans_b) || n < 16 || n > max_n || k < 1 || k > max_k || m < 1) return false;
   constexpr i64 panel_cols = 32, tile_rows_max = 8;
@@ -136,7 +136,7 @@ bool small_gemm(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std:
 
 #else
 
-bool small_gemm(bool, bool, std::int64_t, std::int64_t, std::int64_t, float, const float*, std::int64_t, const float*,
+bool sgemm_avx512(bool, bool, std::int64_t, std::int64_t, std::int64_t, float, const float*, std::int64_t, const float*,
                 std::int64_t, float, float*, std::int64_t) {
   return false;
 }

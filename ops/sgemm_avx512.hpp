@@ -14,7 +14,7 @@ namespace loom::ops {
 /// Every element of C is one chain of fused multiply-adds over k in order, so its bits depend
 /// only on its row of op(A), its column of op(B), alpha, beta and its old value: never on M,
 /// on N, on how the caller splits the rows, or on the thread count.
-bool small_gemm(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k, float alpha, const float* a,
+bool sgemm_avx512(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k, float alpha, const float* a,
                 std::int64_t lda, const float* b, std::int64_t ldb, float beta, float* c, std::int64_t ldc);
 
 }  // namespace loom::ops
