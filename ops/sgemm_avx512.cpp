@@ -18,6 +18,9 @@
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
 #define LOOM_SGEMM_AVX512 1
+// GCC 12's unpack and shuffle intrinsics pass an "undefined" vector as their unused merge
+// source, which -Wmaybe-uninitialized reports once they are inlined (a false positive)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
 
 namespace loom::ops {
@@ -83,6 +86,48 @@ template <int NV>
   }
 }
 
+// The panel of columns [j0, j0 + w) of op(B) = bᵀ (b is [N, K]): panel[kk · width + jj] =
+// b[(j0 + jj) · ldb + kk]. Blocks of 16 × 16 are transposed in registers (three rounds of
+// unpacks and lane shuffles), the ragged edges one element at a time.
+[[gnu::target("avx512f")]] void pack_transposed(const float* b, i64 ldb, i64 j0, i64 w, i64 k, float* panel,
+                                                i64 width) {
+  i64 jb = 0;
+  for (; jb + 16 <= w; jb += 16) {
+    const float* src = b + (j0 + jb) * ldb;
+    i64 kb = 0;
+    for (; kb + 16 <= k; kb += 16) {
+      __m512 r[16], t[16];
+      for (int i = 0; i < 16; ++i) r[i] = _mm512_loadu_ps(src + i * ldb + kb);
+      for (int i = 0; i < 8; ++i) {  // per 128-bit lane: pairs of rows interleaved
+        t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+      }
+      for (int g = 0; g < 4; ++g) {  // per lane L: rows 4g..4g+3 of column 4L + q in r[4g + q]
+        const __m512d a0 = _mm512_castps_pd(t[4 * g]), a1 = _mm512_castps_pd(t[4 * g + 1]);
+        const __m512d a2 = _mm512_castps_pd(t[4 * g + 2]), a3 = _mm512_castps_pd(t[4 * g + 3]);
+        r[4 * g] = _mm512_castpd_ps(_mm512_unpacklo_pd(a0, a2));
+        r[4 * g + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a0, a2));
+        r[4 * g + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(a1, a3));
+        r[4 * g + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(a1, a3));
+      }
+      for (int q = 0; q < 4; ++q) {  // lane L of the four groups gathered: column 4L + q
+        const __m512 v = _mm512_shuffle_f32x4(r[q], r[4 + q], 0x88), x = _mm512_shuffle_f32x4(r[q], r[4 + q], 0xDD);
+        const __m512 v2 = _mm512_shuffle_f32x4(r[8 + q], r[12 + q], 0x88),
+                     x2 = _mm512_shuffle_f32x4(r[8 + q], r[12 + q], 0xDD);
+        float* out = panel + (kb + q) * width + jb;
+        _mm512_storeu_ps(out, _mm512_shuffle_f32x4(v, v2, 0x88));               // column q
+        _mm512_storeu_ps(out + 4 * width, _mm512_shuffle_f32x4(x, x2, 0x88));   // column 4 + q
+        _mm512_storeu_ps(out + 8 * width, _mm512_shuffle_f32x4(v, v2, 0xDD));   // column 8 + q
+        _mm512_storeu_ps(out + 12 * width, _mm512_shuffle_f32x4(x, x2, 0xDD));  // column 12 + q
+      }
+    }
+    for (i64 jj = jb; jj < jb + 16; ++jj)
+      for (i64 kk = kb; kk < k; ++kk) panel[kk * width + jj] = b[(j0 + jj) * ldb + kk];
+  }
+  for (i64 jj = jb; jj < w; ++jj)
+    for (i64 kk = 0; kk < k; ++kk) panel[kk * width + jj] = b[(j0 + jj) * ldb + kk];
+}
+
 const bool has_avx512 = [] {
   __builtin_cpu_init();  // this runs among the static constructors
   return __builtin_cpu_supports("avx512f") != 0;
@@ -107,10 +152,7 @@ bool sgemm_avx512(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, st
       const i64 w = std::min(panel_cols, n - j0), width = (w + 15) / 16 * 16;
       float* panel = out + j0 * k;
       if (trans_b) {  // b is [N, K]: column j of op(B) is row j of b
-        for (i64 jj = 0; jj < w; ++jj) {
-          const float* src = b + (j0 + jj) * ldb;
-          for (i64 kk = 0; kk < k; ++kk) panel[kk * width + jj] = src[kk];
-        }
+        pack_transposed(b, ldb, j0, w, k, panel, width);
       } else {
         for (i64 kk = 0; kk < k; ++kk) std::copy(b + kk * ldb + j0, b + kk * ldb + j0 + w, panel + kk * width);
       }
