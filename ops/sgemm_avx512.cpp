@@ -86,6 +86,18 @@ template <int NV>
   }
 }
 
+// The panel of columns [j0, j0 + w) of op(B) = b ([K, N]), zero-padded to `width` (16 or 32).
+[[gnu::target("avx512f")]] void pack_rows(const float* b, i64 ldb, i64 j0, i64 w, i64 k, float* panel, i64 width) {
+  const __mmask16 first = static_cast<__mmask16>(w >= 16 ? 0xFFFFu : (1u << w) - 1);
+  const __mmask16 second = static_cast<__mmask16>(w >= 32 ? 0xFFFFu : w > 16 ? (1u << (w - 16)) - 1 : 0u);
+  for (i64 kk = 0; kk < k; ++kk) {
+    const float* src = b + kk * ldb + j0;
+    float* out = panel + kk * width;
+    _mm512_storeu_ps(out, _mm512_maskz_loadu_ps(first, src));
+    if (width == 32) _mm512_storeu_ps(out + 16, _mm512_maskz_loadu_ps(second, src + 16));
+  }
+}
+
 // The panel of columns [j0, j0 + w) of op(B) = bᵀ (b is [N, K]): panel[kk · width + jj] =
 // b[(j0 + jj) · ldb + kk]. Blocks of 16 × 16 are transposed in registers (three rounds of
 // unpacks and lane shuffles), the ragged edges one element at a time.
@@ -153,11 +165,11 @@ bool sgemm_avx512(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, st
       float* panel = out + j0 * k;
       if (trans_b) {  // b is [N, K]: column j of op(B) is row j of b
         pack_transposed(b, ldb, j0, w, k, panel, width);
+        if (width != w)
+          for (i64 kk = 0; kk < k; ++kk) std::fill(panel + kk * width + w, panel + (kk + 1) * width, 0.f);
       } else {
-        for (i64 kk = 0; kk < k; ++kk) std::copy(b + kk * ldb + j0, b + kk * ldb + j0 + w, panel + kk * width);
+        pack_rows(b, ldb, j0, w, k, panel, width);
       }
-      if (width != w)
-        for (i64 kk = 0; kk < k; ++kk) std::fill(panel + kk * width + w, panel + (kk + 1) * width, 0.f);
     }
     panels = out;
   }
