@@ -4,9 +4,11 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 
 #include "blas.hpp"
 #include "parallel.hpp"
+#include "sgemm_avx512.hpp"
 
 namespace loom::ops::gemm_chunks {
 
@@ -27,14 +29,47 @@ inline std::int64_t row_grain(std::int64_t n, std::int64_t k) {
   return (rows + 15) / 16 * 16;
 }
 
+// Columns per parallel block of a product that the row chunks leave in one piece (the weight
+// gradients of a small model: [64, 64] summed over 512 rows), so that more than one thread
+// can take part: multiples of 32 (loom's GEMM panel), about 2^20 multiply-adds each, n (one
+// block) for products loom's own GEMM does not take (the BLAS would repack op(X) per block).
+// Every element of loom's GEMM is computed alike in any column block (sgemm_avx512.hpp), so
+// the split changes no bits. Depends on the shape only.
+template <class T>
+std::int64_t column_block(bool tx, bool ty, std::int64_t rows, std::int64_t n, std::int64_t k, std::int64_t batch = 1) {
+  if (!std::is_same_v<T, float> || !sgemm_avx512_takes(tx, ty, rows, n, k)) return n;
+  const double macs =
+      static_cast<double>(rows) * static_cast<double>(n) * static_cast<double>(k) * static_cast<double>(batch);
+  const std::int64_t blocks = std::min<std::int64_t>(n / 32, static_cast<std::int64_t>(std::min(macs / (1 << 20), 1e6)));
+  if (blocks < 2) return n;
+  return ((n + blocks - 1) / blocks + 31) / 32 * 32;
+}
+
+// op(X) · op(Y) for the columns [j0, j0 + w) of C: op(Y)'s columns start at y + j0 (Y is
+// [k, n]) or at row j0 of Y (transposed: Y is [n, k]).
+template <class P>
+P columns_of_op(P y, bool trans, std::int64_t ld, std::int64_t j0) {
+  return trans ? y + j0 * ld : y + j0;
+}
+
 // C (rows x n, in batches) = op(X) · op(Y) (+ C when accumulate), parallel over
-// (batch, row chunk). X, Y, C advance by their strides per batch entry.
+// (batch, row chunk); a single chunk, in column blocks (column_block).
 template <class T>
 void batched_gemm(bool tx, bool ty, std::int64_t batch, std::int64_t rows, std::int64_t n, std::int64_t k,
                   const T* x, std::int64_t ldx, std::int64_t sx, const T* y, std::int64_t ldy, std::int64_t sy, T* c,
                   std::int64_t sc, T beta) {
   std::int64_t grain = row_grain(n, k);
   std::int64_t chunks = (rows + grain - 1) / grain;
+  if (batch * chunks == 1) {
+    const std::int64_t cols = column_block<T>(tx, ty, rows, n, k);
+    for_chunks((n + cols - 1) / cols, 1, [&](std::int64_t c0, std::int64_t c1) {
+      for (std::int64_t cb = c0; cb < c1; ++cb) {
+        const std::int64_t j0 = cb * cols, w = std::min(cols, n - j0);
+        gemm<T>(tx, ty, rows, w, k, T(1), x, ldx, columns_of_op(y, ty, ldy, j0), ldy, beta, c + j0, n);
+      }
+    });
+    return;
+  }
   for_chunks(batch * chunks, 1, [&](std::int64_t b0, std::int64_t b1) {
     for (std::int64_t item = b0; item < b1; ++item) {
       std::int64_t b = item / chunks, r0 = (item % chunks) * grain, r1 = std::min(rows, r0 + grain);
@@ -56,6 +91,18 @@ void summed_gemm(bool tx, bool ty, std::int64_t batch, std::int64_t rows, std::i
   }
   std::int64_t grain = row_grain(n, k * batch);
   std::int64_t chunks = (rows + grain - 1) / grain;
+  if (chunks == 1) {  // one piece: column blocks, the batch summed in order in each
+    const std::int64_t cols = column_block<T>(tx, ty, rows, n, k, batch);
+    for_chunks((n + cols - 1) / cols, 1, [&](std::int64_t c0, std::int64_t c1) {
+      for (std::int64_t cb = c0; cb < c1; ++cb) {
+        const std::int64_t j0 = cb * cols, w = std::min(cols, n - j0);
+        for (std::int64_t b = 0; b < batch; ++b)
+          gemm<T>(tx, ty, rows, w, k, T(1), x + b * sx, ldx, columns_of_op(y + b * sy, ty, ldy, j0), ldy,
+                  b == 0 ? beta : T(1), c + j0, n);
+      }
+    });
+    return;
+  }
   for_chunks(chunks, 1, [&](std::int64_t c0, std::int64_t c1) {
     for (std::int64_t ch = c0; ch < c1; ++ch) {
       std::int64_t r0 = ch * grain, r1 = std::min(rows, r0 + grain);

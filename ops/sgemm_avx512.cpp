@@ -147,9 +147,13 @@ const bool has_avx512 = [] {
 
 }  // namespace
 
+bool sgemm_avx512_takes(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k) {
+  return has_avx512 && !(trans_a && trans_b) && n >= 16 && n <= max_n && k >= 1 && k <= max_k && m >= 1;
+}
+
 bool sgemm_avx512(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k, float alpha, const float* a,
                 std::int64_t lda, const float* b, std::int64_t ldb, float beta, float* c, std::int64_t ldc) {
-  if (!has_avx512 || (trans_a && trans_b) || n < 16 || n > max_n || k < 1 || k > max_k || m < 1) return false;
+  if (!sgemm_avx512_takes(trans_a, trans_b, m, n, k)) return false;
   constexpr i64 panel_cols = 32, tile_rows_max = 8;
   // op(B) in panels of 32 columns, [K, 32] each (the last one [K, 16] or [K, 32], zero-padded
   // past N), unless it is [K, N] already, N needs no padding and too few rows would use the copy
@@ -190,6 +194,7 @@ bool sgemm_avx512(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, st
 
 #else
 
+bool sgemm_avx512_takes(bool, bool, std::int64_t, std::int64_t, std::int64_t) { return false; }
 bool sgemm_avx512(bool, bool, std::int64_t, std::int64_t, std::int64_t, float, const float*, std::int64_t, const float*,
                 std::int64_t, float, float*, std::int64_t) {
   return false;

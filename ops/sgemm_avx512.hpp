@@ -14,6 +14,9 @@ namespace loom::ops {
 /// Every element of C is one chain of fused multiply-adds over k in order, so its bits depend
 /// only on its row of op(A), its column of op(B), alpha, beta and its old value: never on M,
 /// on N, on how the caller splits the rows, or on the thread count.
+/// Whether sgemm_avx512 computes products of this shape on this CPU.
+bool sgemm_avx512_takes(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k);
+
 bool sgemm_avx512(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k, float alpha, const float* a,
                 std::int64_t lda, const float* b, std::int64_t ldb, float beta, float* c, std::int64_t ldc);
 
