@@ -1,0 +1,79 @@
+// loom's own single-precision GEMM (ops/sgemm_avx512.cpp) against OpenBLAS's cblas_sgemm, on
+// the products loom's models make: the layers of the tiny and small encoder–decoders of
+// scripts/bench_vs_torch (row chunks of 256, weight gradients summed over all rows), the fused
+// attention's blocks, and 1024³. One thread, operands reused across iterations (hot caches), so
+// it compares the kernels and their packing, not memory traffic. Counters: GFLOP/s.
+//
+//   bench_gemm [--benchmark_filter=REGEX]    (names: <kind>/<TT>/m=..,n=..,k=../loom|openblas)
+#include <cblas.h>
+
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "../ops/sgemm_avx512.hpp"
+#include "bench_support.hpp"
+
+namespace {
+
+struct shape {
+  const char* kind;
+  bool ta, tb;
+  std::int64_t m, n, k;
+};
+
+// NT: x · Wᵀ (forward), NN: dz · W (input gradient), TN: dzᵀ · x (weight gradient)
+const shape shapes[] = {
+    {"tiny_qkv", false, true, 256, 64, 64},      {"tiny_ffn_up", false, true, 256, 256, 64},
+    {"tiny_ffn_down", false, true, 256, 64, 256}, {"tiny_dx", false, false, 256, 64, 256},
+    {"tiny_dw", true, false, 64, 64, 512},        {"tiny_dw_ffn", true, false, 256, 64, 512},
+    {"tiny_attn", false, true, 16, 16, 16},       {"small_ffn_up", false, true, 256, 1024, 256},
+    {"small_dx", false, false, 256, 256, 1024},   {"small_dw", true, false, 256, 256, 1024},
+    {"attn_block", false, true, 128, 256, 64},    {"attn_pv", false, false, 128, 64, 256},
+    {"cube", false, false, 1024, 1024, 1024},
+};
+
+void run(benchmark::State& state, shape s, bool loom) {
+  std::mt19937 rng(1);
+  std::uniform_real_distribution<float> u(-1.f, 1.f);
+  const std::int64_t lda = s.ta ? s.m : s.k, ldb = s.tb ? s.k : s.n;
+  std::vector<float> a(static_cast<std::size_t>(s.m * s.k)), b(static_cast<std::size_t>(s.k * s.n)),
+      c(static_cast<std::size_t>(s.m * s.n));
+  for (auto& x : a) x = u(rng);
+  for (auto& x : b) x = u(rng);
+  if (loom && !loom::ops::sgemm_avx512_takes(s.ta, s.tb, s.m, s.n, s.k)) {
+    state.SkipWithError("loom's GEMM does not take this shape on this CPU (no AVX-512?)");
+    return;
+  }
+  for (auto _ : state) {
+    if (loom)
+      loom::ops::sgemm_avx512(s.ta, s.tb, s.m, s.n, s.k, 1.f, a.data(), lda, b.data(), ldb, 0.f, c.data(), s.n);
+    else
+      cblas_sgemm(CblasRowMajor, s.ta ? CblasTrans : CblasNoTrans, s.tb ? CblasTrans : CblasNoTrans,
+                  static_cast<int>(s.m), static_cast<int>(s.n), static_cast<int>(s.k), 1.f, a.data(),
+                  static_cast<int>(lda), b.data(), static_cast<int>(ldb), 0.f, c.data(), static_cast<int>(s.n));
+    benchmark::DoNotOptimize(c.data());
+    benchmark::ClobberMemory();
+  }
+  state.counters["GFLOP/s"] = benchmark::Counter(2.0 * static_cast<double>(s.m * s.n * s.k) * 1e-9,
+                                                  benchmark::Counter::kIsIterationInvariantRate);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  openblas_set_num_threads(1);
+  for (const shape& s : shapes)
+    for (bool loom : {true, false}) {
+      const std::string name = std::string(s.kind) + "/" + (s.ta ? "T" : "N") + (s.tb ? "T" : "N") +
+                               "/m=" + std::to_string(s.m) + ",n=" + std::to_string(s.n) +
+                               ",k=" + std::to_string(s.k) + (loom ? "/loom" : "/openblas");
+      bench::measured(benchmark::RegisterBenchmark(name.c_str(), run, s, loom), benchmark::kMicrosecond);
+    }
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}
