@@ -6,9 +6,9 @@
 // columns past a ragged N are masked off when C is read and written.
 //
 // Measured against OpenBLAS 0.3.21's sgemm (its Cooperlake kernel) on AMD EPYC (Zen 4), 1
-// thread, hot caches: 1.04–1.16× on the layer shapes of the tiny and small models
-// ([256, 64]·[64, 256], [64 × 512]ᵀ·[512, 64], [256, 256]·[256, 1024], ...) and on 1024³. In a
-// training step (scripts/bench_vs_torch, same run, fused): tiny step −7% at 1 thread, −10% at 2;
+// thread, hot caches (bench/bench_gemm): 1.07–1.24× on the layer shapes of the tiny and small
+// models ([256, 64]·[64, 256], [64 × 512]ᵀ·[512, 64], [256, 256]·[256, 1024], ...), the fused
+// attention's blocks and 1024³; 0.92× on [256 × 1024]ᵀ·[1024, 256]. In a training step (scripts/bench_vs_torch, same run, fused): tiny step −7% at 1 thread, −10% at 2;
 // MHA forward + backward at T = 1024 −4%.
 #include "sgemm_avx512.hpp"
 
