@@ -9,7 +9,6 @@
 
 #include <cblas.h>
 
-#include <algorithm>
 #include <limits>
 #include <string>
 #include <type_traits>
@@ -34,11 +33,9 @@ void scale_c(std::int64_t m, std::int64_t n, T beta, T* c, std::int64_t ldc) {
     for (std::int64_t j = 0; j < n; ++j) c[i * ldc + j] = beta == T(0) ? T(0) : beta * c[i * ldc + j];
 }
 
-// Columns per parallel chunk of a one-row product with inner dimension k.
-std::int64_t gemv_columns(std::int64_t k) {
-  const std::int64_t cols = std::max<std::int64_t>(16, (std::int64_t{1} << 16) / std::max<std::int64_t>(1, k));
-  return (cols + 15) / 16 * 16;
-}
+// Columns per parallel chunk of a one-row product with inner dimension k: about 2^16
+// multiply-adds, a multiple of 16.
+std::int64_t gemv_columns(std::int64_t k) { return (grain_for(k, std::int64_t{1} << 16) + 15) / 16 * 16; }
 
 CBLAS_TRANSPOSE tr(bool t) { return t ? CblasTrans : CblasNoTrans; }
 

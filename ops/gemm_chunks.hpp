@@ -52,6 +52,24 @@ P columns_of_op(P y, bool trans, std::int64_t ld, std::int64_t j0) {
   return trans ? y + j0 * ld : y + j0;
 }
 
+// C (rows x n) = beta · C + Σ_b op(X_b) · op(Y_b) over the whole of C, parallel over column
+// blocks (column_block), the batch summed in order in each: the one-piece case of both
+// functions below (batched_gemm has batch 1 there).
+template <class T>
+void in_column_blocks(bool tx, bool ty, std::int64_t batch, std::int64_t rows, std::int64_t n, std::int64_t k,
+                      const T* x, std::int64_t ldx, std::int64_t sx, const T* y, std::int64_t ldy, std::int64_t sy,
+                      T* c, T beta) {
+  const std::int64_t cols = column_block<T>(tx, ty, rows, n, k, batch);
+  for_chunks((n + cols - 1) / cols, 1, [&](std::int64_t c0, std::int64_t c1) {
+    for (std::int64_t cb = c0; cb < c1; ++cb) {
+      const std::int64_t j0 = cb * cols, w = std::min(cols, n - j0);
+      for (std::int64_t b = 0; b < batch; ++b)
+        gemm<T>(tx, ty, rows, w, k, T(1), x + b * sx, ldx, columns_of_op(y + b * sy, ty, ldy, j0), ldy,
+                b == 0 ? beta : T(1), c + j0, n);
+    }
+  });
+}
+
 // C (rows x n, in batches) = op(X) · op(Y) (+ C when accumulate), parallel over
 // (batch, row chunk); a single chunk, in column blocks (column_block).
 template <class T>
@@ -60,16 +78,7 @@ void batched_gemm(bool tx, bool ty, std::int64_t batch, std::int64_t rows, std::
                   std::int64_t sc, T beta) {
   std::int64_t grain = row_grain(n, k);
   std::int64_t chunks = (rows + grain - 1) / grain;
-  if (batch * chunks == 1) {
-    const std::int64_t cols = column_block<T>(tx, ty, rows, n, k);
-    for_chunks((n + cols - 1) / cols, 1, [&](std::int64_t c0, std::int64_t c1) {
-      for (std::int64_t cb = c0; cb < c1; ++cb) {
-        const std::int64_t j0 = cb * cols, w = std::min(cols, n - j0);
-        gemm<T>(tx, ty, rows, w, k, T(1), x, ldx, columns_of_op(y, ty, ldy, j0), ldy, beta, c + j0, n);
-      }
-    });
-    return;
-  }
+  if (batch * chunks == 1) return in_column_blocks(tx, ty, 1, rows, n, k, x, ldx, sx, y, ldy, sy, c, beta);
   for_chunks(batch * chunks, 1, [&](std::int64_t b0, std::int64_t b1) {
     for (std::int64_t item = b0; item < b1; ++item) {
       std::int64_t b = item / chunks, r0 = (item % chunks) * grain, r1 = std::min(rows, r0 + grain);
@@ -91,18 +100,7 @@ void summed_gemm(bool tx, bool ty, std::int64_t batch, std::int64_t rows, std::i
   }
   std::int64_t grain = row_grain(n, k * batch);
   std::int64_t chunks = (rows + grain - 1) / grain;
-  if (chunks == 1) {  // one piece: column blocks, the batch summed in order in each
-    const std::int64_t cols = column_block<T>(tx, ty, rows, n, k, batch);
-    for_chunks((n + cols - 1) / cols, 1, [&](std::int64_t c0, std::int64_t c1) {
-      for (std::int64_t cb = c0; cb < c1; ++cb) {
-        const std::int64_t j0 = cb * cols, w = std::min(cols, n - j0);
-        for (std::int64_t b = 0; b < batch; ++b)
-          gemm<T>(tx, ty, rows, w, k, T(1), x + b * sx, ldx, columns_of_op(y + b * sy, ty, ldy, j0), ldy,
-                  b == 0 ? beta : T(1), c + j0, n);
-      }
-    });
-    return;
-  }
+  if (chunks == 1) return in_column_blocks(tx, ty, batch, rows, n, k, x, ldx, sx, y, ldy, sy, c, beta);
   for_chunks(chunks, 1, [&](std::int64_t c0, std::int64_t c1) {
     for (std::int64_t ch = c0; ch < c1; ++ch) {
       std::int64_t r0 = ch * grain, r1 = std::min(rows, r0 + grain);
