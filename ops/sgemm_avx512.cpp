@@ -1,15 +1,14 @@
-// loom's single-precision GEMM (see sgemm_avx512.hpp). op(B) is copied into panels of 32
-// columns, [K, 32] each and contiguous, the last zero-padded to 16 or 32 (K·N floats: small next
-// to the M·N·K multiply-adds; skipped when B is [K, N] already, N is a multiple of 16 and M is
-// too small to repay the copy); op(A) is read in place, one element broadcast per row and k. A
-// tile of 8 rows × 32 columns keeps its 16 sums in AVX-512 registers over the whole of K; the
+// loom's single-precision GEMM (see sgemm_avx512.hpp). op(B) is copied one panel of 32 columns
+// at a time into a [K, 32] buffer (the last panel [K, 16] or [K, 32], zero-padded past N) just
+// before its tiles use it — skipped when B is [K, N] already, N is a multiple of 16 and M is too
+// small to repay the copy; op(A) is read in place, one element broadcast per row and k. A tile
+// of 8 rows × 32 columns keeps its 16 sums in AVX-512 registers over the whole of K; the
 // columns past a ragged N are masked off when C is read and written.
 //
-// Measured against OpenBLAS 0.3.21's sgemm (its Cooperlake kernel) on AMD EPYC (Zen 4), 1
-// thread, hot caches (bench/bench_gemm): 1.07–1.24× on the layer shapes of the tiny and small
-// models ([256, 64]·[64, 256], [64 × 512]ᵀ·[512, 64], [256, 256]·[256, 1024], ...), the fused
-// attention's blocks and 1024³; 0.92× on [256 × 1024]ᵀ·[1024, 256]. In a training step (scripts/bench_vs_torch, same run, fused): tiny step −7% at 1 thread, −10% at 2;
-// MHA forward + backward at T = 1024 −4%.
+// Measured on AMD EPYC (Zen 4), 1 thread (bench/bench_gemm, hot caches), against OpenBLAS
+// 0.3.21's sgemm (its Cooperlake kernel): 1.07–1.16× on all 13 shapes there (the tiny and small
+// models' layers and weight gradients, the fused attention's blocks, 1024³), 1.7× on a 16³
+// attention block.
 #include "sgemm_avx512.hpp"
 
 #include <algorithm>
@@ -98,8 +97,8 @@ template <int NV>
   }
 }
 
-// The panel of columns [j0, j0 + w) of op(B) = bᵀ (b is [N, K]): panel[kk · width + jj] =
-// b[(j0 + jj) · ldb + kk]. Blocks of 16 × 16 are transposed in registers (three rounds of
+// The panel of columns [j0, j0 + w) of op(B) = bᵀ (b is [N, K]), zero-padded to `width`:
+// panel[kk · width + jj] = b[(j0 + jj) · ldb + kk]. Blocks of 16 × 16 are transposed in registers (three rounds of
 // unpacks and lane shuffles), the ragged edges one element at a time.
 [[gnu::target("avx512f")]] void pack_transposed(const float* b, i64 ldb, i64 j0, i64 w, i64 k, float* panel,
                                                 i64 width) {
@@ -138,6 +137,8 @@ template <int NV>
   }
   for (i64 jj = jb; jj < w; ++jj)
     for (i64 kk = 0; kk < k; ++kk) panel[kk * width + jj] = b[(j0 + jj) * ldb + kk];
+  if (width != w)
+    for (i64 kk = 0; kk < k; ++kk) std::fill(panel + kk * width + w, panel + (kk + 1) * width, 0.f);
 }
 
 const bool has_avx512 = [] {
@@ -155,33 +156,18 @@ bool sgemm_avx512(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, st
                 std::int64_t lda, const float* b, std::int64_t ldb, float beta, float* c, std::int64_t ldc) {
   if (!sgemm_avx512_takes(trans_a, trans_b, m, n, k)) return false;
   constexpr i64 panel_cols = 32, tile_rows_max = 8;
-  // op(B) in panels of 32 columns, [K, 32] each (the last one [K, 16] or [K, 32], zero-padded
-  // past N), unless it is [K, N] already, N needs no padding and too few rows would use the copy
+  // op(B) is copied panel by panel ([K, 32], the last [K, 16] or [K, 32], zero-padded past N)
+  // unless it is [K, N] already, N needs no padding and too few rows would repay the copy
   const bool pack = trans_b || m > 32 || n % 16 != 0;
-  const float* panels = b;
-  if (pack) {
-    thread_local std::vector<float> buffer;  // nothing else runs on this thread until the product is done
-    const i64 padded = (n + 15) / 16 * 16;
-    buffer.resize(static_cast<std::size_t>(k * padded));
-    float* out = buffer.data();
-    for (i64 j0 = 0; j0 < n; j0 += panel_cols) {
-      const i64 w = std::min(panel_cols, n - j0), width = (w + 15) / 16 * 16;
-      float* panel = out + j0 * k;
-      if (trans_b) {  // b is [N, K]: column j of op(B) is row j of b
-        pack_transposed(b, ldb, j0, w, k, panel, width);
-        if (width != w)
-          for (i64 kk = 0; kk < k; ++kk) std::fill(panel + kk * width + w, panel + (kk + 1) * width, 0.f);
-      } else {
-        pack_rows(b, ldb, j0, w, k, panel, width);
-      }
-    }
-    panels = out;
-  }
+  thread_local std::vector<float> buffer;  // nothing else runs on this thread until the product is done
+  if (pack) buffer.resize(static_cast<std::size_t>(k * panel_cols));
   const i64 a_row = trans_a ? 1 : lda, a_k = trans_a ? lda : 1;
   for (i64 j0 = 0; j0 < n; j0 += panel_cols) {
     const i64 w = std::min(panel_cols, n - j0), width = (w + 15) / 16 * 16;
     const __mmask16 last = static_cast<__mmask16>(w % 16 ? (1u << (w % 16)) - 1 : 0xFFFFu);
-    const float* panel = pack ? panels + j0 * k : b + j0;
+    if (pack && trans_b) pack_transposed(b, ldb, j0, w, k, buffer.data(), width);
+    else if (pack) pack_rows(b, ldb, j0, w, k, buffer.data(), width);
+    const float* panel = pack ? buffer.data() : b + j0;
     const i64 ld = pack ? width : ldb;
     for (i64 i0 = 0; i0 < m; i0 += tile_rows_max) {
       const int rows = static_cast<int>(std::min(tile_rows_max, m - i0));
