@@ -114,7 +114,12 @@ TEST_CASE("loom's kernel takes only the shapes it is made for and leaves the res
 TEST_CASE("every element of a product has the same bits however the rows are split") {
   // the executor splits products into row chunks by size only; loom's kernel makes each element
   // one chain over k, so even a different split gives the same bits (a chunk of one row is a
-  // GEMV, which the BLAS computes: chunks of 10 here)
+  // GEMV, which the BLAS computes: chunks of 10 here). Without AVX-512 the BLAS computes these,
+  // and its splits are not promised to agree bit for bit: nothing to check.
+  if (!__builtin_cpu_supports("avx512f")) {
+    WARN("no AVX-512 on this CPU: loom's kernel is not used, this case checks nothing");
+    return;
+  }
   std::mt19937 rng(3);
   std::uniform_real_distribution<float> u(-1.f, 1.f);
   const i64 m = 45, n = 64, k = 200;
@@ -127,6 +132,5 @@ TEST_CASE("every element of a product has the same bits however the rows are spl
     const i64 rows = std::min<i64>(10, m - r0);
     ops::gemm<float>(false, false, rows, n, k, 1.f, a.data() + r0 * k, k, b.data(), n, 0.f, split.data() + r0 * n, n);
   }
-  if (__builtin_cpu_supports("avx512f")) CHECK(whole == split);
-  else SUCCEED("no AVX-512: the BLAS computes these; its row splits are not promised to agree bit for bit");
+  CHECK(whole == split);
 }
