@@ -7,7 +7,9 @@
 // query entries sharing it run in order inside one task): no two tasks write the same bytes,
 // and every sum runs in an order fixed by the sizes — results do not depend on the threads.
 #include <algorithm>
+#include <bit>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <map>
 #include <optional>
@@ -339,6 +341,322 @@ LOOM_VECTOR_CLONES void backward_entry(const problem<T>& pr, const operand<const
   }
 }
 
+
+// ---------------------------------------------------------------- small blocks
+//
+// When every key fits in one block (keys ≤ small_keys), the path above spends most of its time
+// outside its products: per query row it masks, takes a max, exponentiates and sums rows as
+// short as 16 keys, and every product of a few thousand multiply-adds is a GEMM call of its own
+// (the tiny model: heads of 16, sequences of 16 — 20% of its training step went there). Here
+// `lanes` query rows are one vector: the scores and weights are kept transposed, st[j · lanes
+// + i] for key j and row i, so the masks, the max, the exponentials and the sums run down the
+// keys with the whole block of rows in each vector operation; the products keep their sums in
+// vectors of `lanes` columns. The vectors are GCC's generic vectors, which each version of the
+// kernels (LOOM_VECTOR_CLONES) compiles to its own registers — one zmm for 16 floats on
+// AVX-512, two ymm on AVX2 — with the same bits (no contraction); the helpers are always
+// inlined so that each version gets its own copy. All keys are one block, so no online
+// rescaling is needed: p = e^(s − max) / l directly. Same math and saved lse as above.
+
+// The helpers pass vectors by value only to each other, always inlined: no call's ABI is involved.
+#pragma GCC diagnostic ignored "-Wpsabi"
+
+constexpr int lanes = 16;                // query rows per block, columns per vector of a product
+constexpr std::int64_t small_keys = 64;  // at most this many keys
+
+template <class T>
+struct lane_vector;
+template <>
+struct lane_vector<float> {
+  typedef float type __attribute__((vector_size(lanes * sizeof(float))));
+  typedef std::int32_t mask __attribute__((vector_size(lanes * sizeof(float))));
+};
+template <>
+struct lane_vector<double> {
+  typedef double type __attribute__((vector_size(lanes * sizeof(double))));
+  typedef std::int64_t mask __attribute__((vector_size(lanes * sizeof(double))));
+};
+template <class T>
+using vec = typename lane_vector<T>::type;
+template <class T>
+using ivec = typename lane_vector<T>::mask;  // comparisons of vec<T> give these
+
+/// x in every lane (x − 0 is x exactly, −0 included; GCC broadcasts the scalar operand).
+template <class V, class S>
+[[gnu::always_inline]] inline V splat(S x) {
+  return x - V{};
+}
+template <class T>
+[[gnu::always_inline]] inline vec<T> load(const T* p) {
+  vec<T> v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+template <class T>
+[[gnu::always_inline]] inline void store(T* p, const vec<T>& v) {
+  std::memcpy(p, &v, sizeof v);
+}
+
+/// e^x in every lane: vexp (vmath.hpp) with its final select left out — the input is clamped
+/// at −88 instead of −87.3, where 2^n is 2^−127, whose bits (exponent field 0) are +0, so the
+/// result is exactly 0 there (and for −∞). Same bits as vexp except for x in (−87.7, −87.3),
+/// where vexp gives 0 and this e^x (below 1.2e−38). In double: std::exp per lane. (A select of
+/// GCC's generic vectors of this width after a compare came out as scalar code per lane.)
+template <class T>
+[[gnu::always_inline]] inline vec<T> vexp_lanes(const vec<T>& x) {
+  if constexpr (std::is_same_v<T, double>) {
+    vec<T> y;
+    for (int i = 0; i < lanes; ++i) y[i] = std::exp(x[i]);
+    return y;
+  } else {
+    using V = vec<float>;
+    const V lo = splat<V>(-88.0f), hi = splat<V>(88.3f), magic = splat<V>(12582912.0f);
+    V xc = x < lo ? lo : x;
+    xc = hi < xc ? hi : xc;
+    const V kf = (xc * 1.44269504088896341f + magic) - magic;
+    const V r = (xc - kf * 0.693359375f) - kf * -2.12194440e-4f;
+    V p = splat<V>(1.0f / 720);
+    p = p * r + 1.0f / 120;
+    p = p * r + 1.0f / 24;
+    p = p * r + 1.0f / 6;
+    p = p * r + 0.5f;
+    p = p * r + 1.0f;
+    p = p * r + 1.0f;
+    const ivec<float> n = __builtin_convertvector(kf, ivec<float>);
+    return p * std::bit_cast<V>((n + 127) << 23);
+  }
+}
+
+/// Whether the small-block kernels take this problem: every key in one block, more than one
+/// query row (decoding's one row keeps the path above), no dropout.
+template <class T>
+bool small_path(const problem<T>& pr) {
+  return pr.keys <= small_keys && pr.rows >= 2 && !pr.drop;
+}
+
+/// Asks for rows [0, rows) of x's entry n to be brought into the cache: the next entry's
+/// operands, fetched while this one computes. Each entry of a small problem reads a few dozen
+/// rows that were written long before (in the forward, for the backward) and sit in the last
+/// level of cache: without this the kernels waited for them more than they computed.
+template <class P>
+[[gnu::always_inline]] inline void prefetch_entry(const operand<P>& x, std::int64_t n, std::int64_t rows) {
+  if (!x.base) return;
+  constexpr std::int64_t line = 64 / sizeof(P);
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const P* row = x.at(n, r);
+    for (std::int64_t c = 0; c < x.cols; c += line) __builtin_prefetch(row + c);
+  }
+}
+
+/// xt[c · lanes + i] = column c of row r0 + i of x's entry n, for i < nr; zero in the lanes past nr.
+template <class T>
+[[gnu::always_inline]] inline void load_transposed(const operand<const T>& x, std::int64_t n, std::int64_t r0, int nr,
+                                                   T* xt) {
+  if (nr == lanes) {  // each column gathered into a vector and stored whole: loads of xt then
+    // read what one store wrote (the element-wise stores below cannot be forwarded to a
+    // vector load, which then waits for them to reach the cache)
+    const T* x0 = x.at(n, r0);
+    const std::int64_t ld = x.ld;
+    for (std::int64_t c = 0; c < x.cols; ++c)
+      for (int i = 0; i < lanes; ++i) xt[c * lanes + i] = x0[i * ld + c];
+    return;
+  }
+  for (std::int64_t c = 0; c < x.cols; ++c) store(xt + c * lanes, vec<T>{});
+  for (int i = 0; i < nr; ++i) {
+    const T* row = x.at(n, r0 + i);
+    for (std::int64_t c = 0; c < x.cols; ++c) xt[c * lanes + i] = row[c];
+  }
+}
+
+/// out[j · lanes + (0, lanes)] = scale · Σ_c a[j · lda + c] · xt[c · lanes + (0, lanes)], j < w:
+/// rows of a times the transposed block xt, the block's rows in one vector; four rows of a at a
+/// time, so that four sums are in flight (one sum alone waits for each add).
+template <class T>
+[[gnu::always_inline]] inline void rows_times_block(const T* a, std::int64_t lda, std::int64_t w, std::int64_t cols,
+                                                    const T* xt, T scale, T* out) {
+  std::int64_t j = 0;
+  for (; j + 4 <= w; j += 4) {
+    vec<T> acc0{}, acc1{}, acc2{}, acc3{};
+    const T* aj = a + j * lda;
+    for (std::int64_t c = 0; c < cols; ++c) {
+      const vec<T> x = load(xt + c * lanes);
+      acc0 += aj[c] * x;
+      acc1 += aj[lda + c] * x;
+      acc2 += aj[2 * lda + c] * x;
+      acc3 += aj[3 * lda + c] * x;
+    }
+    store(out + j * lanes, acc0 * scale);
+    store(out + (j + 1) * lanes, acc1 * scale);
+    store(out + (j + 2) * lanes, acc2 * scale);
+    store(out + (j + 3) * lanes, acc3 * scale);
+  }
+  for (; j < w; ++j) {
+    vec<T> acc{};
+    const T* aj = a + j * lda;
+    for (std::int64_t c = 0; c < cols; ++c) acc += aj[c] * load(xt + c * lanes);
+    store(out + j * lanes, acc * scale);
+  }
+}
+
+/// R outputs y_r = y + r · ldy (r < R), each y_r[0, n) = (add ? y_r : 0) + scale[r] · Σ_{t < m}
+/// a[r · ar + t · as] · x[t · ldx + (0, n)]: combinations of the same m rows of x, `lanes` columns
+/// at a time, the R sums in flight together.
+template <int R, class T>
+[[gnu::always_inline]] inline void combine_rows(T* y, std::int64_t ldy, bool add, const T* scale, const T* a,
+                                                std::int64_t ar, std::int64_t as, std::int64_t m, const T* x,
+                                                std::int64_t ldx, std::int64_t n) {
+  std::int64_t c0 = 0;
+  for (; c0 + lanes <= n; c0 += lanes) {
+    vec<T> acc[R] = {};
+    for (std::int64_t t = 0; t < m; ++t) {
+      const vec<T> xr = load(x + t * ldx + c0);
+#pragma GCC unroll 4
+      for (int r = 0; r < R; ++r) acc[r] += a[r * ar + t * as] * xr;
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) {
+      T* yr = y + r * ldy + c0;
+      store(yr, add ? load(yr) + acc[r] * scale[r] : acc[r] * scale[r]);
+    }
+  }
+  for (; c0 < n; ++c0)
+    for (int r = 0; r < R; ++r) {
+      T acc = 0;
+      for (std::int64_t t = 0; t < m; ++t) acc += a[r * ar + t * as] * x[t * ldx + c0];
+      T& yr = y[r * ldy + c0];
+      yr = add ? yr + scale[r] * acc : scale[r] * acc;
+    }
+}
+
+/// combine_rows for `count` outputs, four at a time (scale: one per output).
+template <class T>
+[[gnu::always_inline]] inline void combine_all(std::int64_t count, T* y, std::int64_t ldy, bool add, const T* scale,
+                                               const T* a, std::int64_t ar, std::int64_t as, std::int64_t m,
+                                               const T* x, std::int64_t ldx, std::int64_t n) {
+  std::int64_t r = 0;
+  for (; r + 4 <= count; r += 4)
+    combine_rows<4>(y + r * ldy, ldy, add, scale + r, a + r * ar, ar, as, m, x, ldx, n);
+  for (; r < count; ++r) combine_rows<1>(y + r * ldy, ldy, add, scale + r, a + r * ar, ar, as, m, x, ldx, n);
+}
+
+/// The masked scores of rows [r0, r0 + nr) of entry n against keys [klo, klo + w), transposed
+/// into st ([w][lanes]; −∞ where a row may not look and in the lanes past nr); qt receives the
+/// rows of q transposed.
+template <class T>
+[[gnu::always_inline]] inline void small_scores(const problem<T>& pr, std::int64_t n, std::int64_t r0, int nr,
+                                                std::int64_t klo, std::int64_t w, T* qt, T* st) {
+  const T neg_inf = -std::numeric_limits<T>::infinity();
+  load_transposed(pr.q, n, r0, nr, qt);
+  rows_times_block(pr.k.at(n, klo), pr.k.ld, w, pr.d, qt, static_cast<T>(pr.p->scale), st);
+  // the keys each row may see, relative to klo (none in the lanes past nr); a plain loop over
+  // the lanes, which GCC vectorises well (its lowering of a generic-vector select on two integer
+  // compares was scalar code, 10× slower)
+  std::int32_t lo[lanes] = {}, hi[lanes] = {};
+  for (int i = 0; i < nr; ++i) {
+    const auto [a, b] = pr.masks.range(n, r0 + i);
+    lo[i] = static_cast<std::int32_t>(std::clamp<std::int64_t>(a - klo, 0, w));
+    hi[i] = static_cast<std::int32_t>(std::clamp<std::int64_t>(b - klo, lo[i], w));
+  }
+  for (std::int32_t j = 0; j < static_cast<std::int32_t>(w); ++j) {
+    T* sj = st + j * lanes;
+    for (int i = 0; i < lanes; ++i) sj[i] = (j >= lo[i]) & (j < hi[i]) ? sj[i] : neg_inf;
+  }
+  if (pr.masks.allowed.empty() && pr.masks.added.empty()) return;
+  T row[small_keys];  // boolean and float masks, one row at a time
+  for (int i = 0; i < nr; ++i) {
+    for (std::int64_t j = 0; j < w; ++j) row[j] = st[j * lanes + i];
+    pr.masks.apply(n, r0 + i, klo, klo + w, row);
+    for (std::int64_t j = 0; j < w; ++j) st[j * lanes + i] = row[j];
+  }
+}
+
+// Rows [r0, r0 + nr) of entry n (nr ≤ lanes): o and the row lse.
+template <class T>
+LOOM_VECTOR_CLONES void forward_small(const problem<T>& pr, T* out, T* lse, std::int64_t n, std::int64_t r0, int nr) {
+  const T neg_inf = -std::numeric_limits<T>::infinity();
+  const auto [klo, khi] = pr.key_span(n, r0, r0 + nr);
+  const std::int64_t w = khi - klo;
+  if (r0 + nr >= pr.rows && n + 1 < pr.N) {  // the next entry's operands (usually this thread's next item)
+    prefetch_entry(pr.q, n + 1, std::min<std::int64_t>(pr.rows, lanes));
+    prefetch_entry(pr.k, n + 1, pr.keys);
+    prefetch_entry(pr.v, n + 1, pr.keys);
+  }
+  T* qt = scratch<T>(static_cast<std::size_t>((pr.d + small_keys) * lanes));
+  T* st = qt + pr.d * lanes;
+  small_scores(pr, n, r0, nr, klo, w, qt, st);
+  // the row maxima (plain loops over the lanes: GCC vectorises these)
+  T mx[lanes], base[lanes];
+  std::fill(mx, mx + lanes, neg_inf);
+  for (std::int64_t j = 0; j < w; ++j) {
+    const T* sj = st + j * lanes;
+    for (int i = 0; i < lanes; ++i) mx[i] = sj[i] > mx[i] ? sj[i] : mx[i];
+  }
+  for (int i = 0; i < lanes; ++i) base[i] = mx[i] == neg_inf ? T(0) : mx[i];  // no key to see: e^(−∞) = 0
+  const vec<T> b = load(base);
+  vec<T> l{};
+  for (std::int64_t j = 0; j < w; ++j) {
+    const vec<T> e = vexp_lanes<T>(load(st + j * lanes) - b);
+    store(st + j * lanes, e);
+    l += e;
+  }
+  T inv[lanes];
+  for (int i = 0; i < nr; ++i) {
+    inv[i] = l[i] > T(0) ? T(1) / l[i] : T(0);
+    if (lse) lse[n * pr.rows + r0 + i] = l[i] > T(0) ? mx[i] + static_cast<T>(std::log(l[i])) : neg_inf;
+  }
+  // o[i] = Σ_j p[i, j] v[j] / l[i]
+  combine_all(nr, out + (pr.o.at(n, r0) - pr.o.base), pr.o.ld, false, inv, st, 1, lanes, w, pr.v.at(n, klo), pr.v.ld,
+              pr.dv);
+}
+
+// Entry n's gradients (dq, dk, dv may each be null), added to; the weights recomputed from lse.
+template <class T>
+LOOM_VECTOR_CLONES void backward_small(const problem<T>& pr, const operand<const T>& dout, const operand<T>& dq,
+                                       const operand<T>& dk, const operand<T>& dvv, const T* lse, std::int64_t n) {
+  const T neg_inf = -std::numeric_limits<T>::infinity();
+  T ones[small_keys], cs[small_keys];  // the products' scales, one per output row
+  std::fill(ones, ones + small_keys, T(1));
+  std::fill(cs, cs + small_keys, static_cast<T>(pr.p->scale));
+  const std::int64_t d = pr.d, dv = pr.dv;
+  if (n + 1 < pr.N) {  // the next entry (usually the next this thread runs)
+    for (const auto* x : {&pr.q, &pr.k, &pr.v, &pr.o, &dout}) prefetch_entry(*x, n + 1, x == &pr.k || x == &pr.v ? pr.keys : pr.rows);
+    prefetch_entry(dq, n + 1, pr.rows);
+    prefetch_entry(dk, n + 1, pr.keys);
+    prefetch_entry(dvv, n + 1, pr.keys);
+  }
+  T* qt = scratch<T>(static_cast<std::size_t>((std::max(d, dv) + 2 * small_keys) * lanes));
+  T* pt = qt + std::max(d, dv) * lanes;  // the weights, transposed (qt later holds do transposed)
+  T* ds = pt + small_keys * lanes;       // dp, then ds, transposed
+  for (std::int64_t r0 = 0; r0 < pr.rows; r0 += lanes) {
+    const int nr = static_cast<int>(std::min<std::int64_t>(lanes, pr.rows - r0));
+    const auto [klo, khi] = pr.key_span(n, r0, r0 + nr);
+    const std::int64_t w = khi - klo;
+    small_scores(pr, n, r0, nr, klo, w, qt, pt);
+    // p = e^(s − lse); a row with no key to see (lse = −∞) and the lanes past nr subtract +∞
+    // instead, so that every weight is e^(−∞) = 0
+    T base[lanes];
+    for (int i = 0; i < lanes; ++i) {
+      const T l = i < nr ? lse[n * pr.rows + r0 + i] : neg_inf;
+      base[i] = l == neg_inf ? -neg_inf : l;
+    }
+    const vec<T> b = load(base);
+    for (std::int64_t j = 0; j < w; ++j) store(pt + j * lanes, vexp_lanes<T>(load(pt + j * lanes) - b));
+    if (dvv.base)  // dv[j] += Σ_i p[i, j] do[i]
+      combine_all(w, dvv.at(n, klo), dvv.ld, true, ones, pt, lanes, 1, nr, dout.at(n, r0), dout.ld, dv);
+    if (!dq.base && !dk.base) continue;
+    T dsum_rows[lanes] = {};  // D = rowsum(do ⊙ o)
+    for (int i = 0; i < nr; ++i) dsum_rows[i] = lane_dot(dout.at(n, r0 + i), pr.o.at(n, r0 + i), dv);
+    const vec<T> dsum = load(dsum_rows);
+    load_transposed(dout, n, r0, nr, qt);
+    rows_times_block(pr.v.at(n, klo), pr.v.ld, w, dv, qt, T(1), ds);  // dp = do vᵀ
+    for (std::int64_t j = 0; j < w; ++j)                                  // ds = p ⊙ (dp − D)
+      store(ds + j * lanes, load(pt + j * lanes) * (load(ds + j * lanes) - dsum));
+    if (dq.base)  // dq[i] += c · Σ_j ds[i, j] k[j]
+      combine_all(nr, dq.at(n, r0), dq.ld, true, cs, ds, 1, lanes, w, pr.k.at(n, klo), pr.k.ld, d);
+    if (dk.base)  // dk[j] += c · Σ_i ds[i, j] q[i]
+      combine_all(w, dk.at(n, klo), dk.ld, true, cs, ds, lanes, 1, nr, pr.q.at(n, r0), pr.q.ld, d);
+  }
+}
+
 }  // namespace fused_attention
 
 using namespace fused_attention;
@@ -353,6 +671,17 @@ std::int64_t attention_saved(const void* params, const dims_t&, std::span<const 
 template <class T>
 void attention_kernel<T>::forward(const op_args<T>& a) {
   const problem<T> pr(a);
+  if (small_path(pr)) {  // blocks of `lanes` rows, chunks of about 2^16 multiply-adds
+    const std::int64_t blocks = (pr.rows + lanes - 1) / lanes;
+    const std::int64_t grain = grain_for(lanes * pr.keys * (pr.d + pr.dv), std::int64_t{1} << 16);
+    for_chunks(pr.N * blocks, grain, [&](std::int64_t b0, std::int64_t b1) {
+      for (std::int64_t item = b0; item < b1; ++item) {
+        const std::int64_t n = item / blocks, r0 = (item % blocks) * lanes;
+        forward_small(pr, a.out, a.saved, n, r0, static_cast<int>(std::min<std::int64_t>(lanes, pr.rows - r0)));
+      }
+    });
+    return;
+  }
   const std::int64_t blocks = (pr.rows + query_block - 1) / query_block;
   for_chunks(pr.N * blocks, 1, [&](std::int64_t b0, std::int64_t b1) {
     for (std::int64_t item = b0; item < b1; ++item) {
@@ -396,9 +725,16 @@ void attention_kernel<T>::backward(const op_args<T>& a) {
     groups.assign(1, {});
     for (std::int64_t n = 0; n < pr.N; ++n) groups[0].push_back(n);
   }
-  for_chunks(static_cast<std::int64_t>(groups.size()), 1, [&](std::int64_t g0, std::int64_t g1) {
+  // small problems (no float mask's gradient): groups in chunks of about 2^16 multiply-adds
+  const bool small = small_path(pr) && !serial;
+  const std::int64_t per_entry = pr.rows * pr.keys * (2 * pr.d + 3 * pr.dv);
+  const std::int64_t per_group = groups.empty() ? 0 : pr.N / static_cast<std::int64_t>(groups.size()) * per_entry;
+  const std::int64_t grain = small ? grain_for(per_group, std::int64_t{1} << 16) : 1;
+  for_chunks(static_cast<std::int64_t>(groups.size()), grain, [&](std::int64_t g0, std::int64_t g1) {
     for (std::int64_t g = g0; g < g1; ++g)
-      for (std::int64_t n : groups[static_cast<std::size_t>(g)]) backward_entry(pr, dout, dq, dk, dv, dmask, a.saved, n);
+      for (std::int64_t n : groups[static_cast<std::size_t>(g)])
+        if (small) backward_small(pr, dout, dq, dk, dv, a.saved, n);
+        else backward_entry(pr, dout, dq, dk, dv, dmask, a.saved, n);
   });
 }
 

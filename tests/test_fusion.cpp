@@ -87,14 +87,17 @@ tensor<std::int32_t> ints(dims_t d, std::vector<std::int32_t> v) { return tensor
 
 }  // namespace
 
-TEMPLATE_TEST_CASE_SIG("fused self-attention equals the primitives, with every mask kind", "", ((int H), H), 1, 2, 4) {
-  auto x = test::random_tensor<double>({3, 5, D}, 3);
+// Every mask kind over x [3, T, D]. Up to 64 keys the fused node runs its small-block kernels
+// (ops/attention.cpp: 16 query rows per vector, all keys in one block); past 64 the blocked ones.
+template <int H>
+void every_mask_kind(long T) {
+  auto x = test::random_tensor<double>({3, T, D}, 3);
   SECTION("no mask") { require_fused_equals_unfused(make_graph(nn::self_attention<"a", H>(X{})), {{"x", x}}); }
   SECTION("causal") {
     require_fused_equals_unfused(make_graph(nn::self_attention<"a", H>(X{}, nn::causal)), {{"x", x}});
   }
   SECTION("causal and padding, with a fully masked sequence") {
-    auto len = ints({3}, {5, 0, 2});
+    auto len = ints({3}, {static_cast<std::int32_t>(T), 0, 2});
     require_fused_equals_unfused(make_graph(nn::self_attention<"a", H>(X{}, nn::causal, nn::padding(Len{}))),
                                  {{"x", x}, {"len", len}});
   }
@@ -104,11 +107,23 @@ TEMPLATE_TEST_CASE_SIG("fused self-attention equals the primitives, with every m
                                  {{"x", x}, {"len", first}});
   }
   SECTION("boolean mask, broadcast over the heads") {
-    tensor<std::uint8_t> allowed(dims_t{3, 1, 5, 5});
+    tensor<std::uint8_t> allowed(dims_t{3, 1, T, T});
     for (std::int64_t i = 0; i < allowed.size(); ++i) allowed[i] = static_cast<std::uint8_t>((i * 7) % 3 != 0);
     require_fused_equals_unfused(make_graph(nn::self_attention<"a", H>(X{}, nn::allowed(Allowed{}))),
                                  {{"x", x}, {"allowed", allowed}});
   }
+}
+
+TEMPLATE_TEST_CASE_SIG("fused self-attention equals the primitives, with every mask kind", "", ((int H), H), 1, 2, 4) {
+  every_mask_kind<H>(5);  // the small-block kernels
+}
+
+TEST_CASE("fused self-attention equals the primitives with every mask kind: 20 rows (a block and a ragged one)") {
+  every_mask_kind<2>(20);  // small-block kernels, a full block of 16 query rows and a partial one
+}
+
+TEST_CASE("fused self-attention equals the primitives with every mask kind: 70 keys (the blocked kernels)") {
+  every_mask_kind<2>(70);
 }
 
 TEST_CASE("fused cross-attention equals the primitives: S ≠ T, padding of the memory") {
@@ -157,7 +172,10 @@ TEST_CASE("a fused encoder-decoder trains to the same numbers as the unfused one
 TEST_CASE("fused attention gives the same bits for 1, 2 and 4 threads") {
   auto g = make_graph(sum(nn::self_attention<"a", 2>(X{}, nn::causal)));
   auto p = g.make_params<float>(1);
-  auto x = test::random_tensor<float>({4, 150, D}, 12);  // several query and key blocks
+  // several query and key blocks (the blocked kernels), or 40 rows and keys (the small-block
+  // kernels: blocks of 16 rows, the last ragged)
+  const long T = GENERATE(150, 40);
+  auto x = test::random_tensor<float>({4, T, D}, 12);
   std::vector<std::vector<float>> results;
   for (int threads : {1, 2, 4}) {
     auto ex = g.executor<float>(p, {.threads = threads, .input_grads = true, .fuse = true});
