@@ -24,7 +24,7 @@
 //            an additive mask's gradient (when it has one) is ds summed over the axes it
 //            broadcasts along; then every entry runs in one task, in order.
 //   A row whose keys are all masked gives zeros (lse = −∞), as softmax does.
-//   At most 64 keys (and 2+ query rows, no dropout): the same math in one key block, 16 query
+//   At most 32 keys (and 2+ query rows, no dropout): the same math in one key block, 16 query
 //   rows per vector, the scores transposed (small-block kernels in ops/attention.cpp).
 #pragma once
 
