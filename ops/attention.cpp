@@ -6,6 +6,11 @@
 // backward over the entries that own one block of keys and values (with grouped heads, the
 // query entries sharing it run in order inside one task): no two tasks write the same bytes,
 // and every sum runs in an order fixed by the sizes — results do not depend on the threads.
+
+// The small-block kernels' helpers (and vmath's exp_clamped) pass GCC vectors by value only to
+// each other, always inlined: no call's ABI is involved.
+#pragma GCC diagnostic ignored "-Wpsabi"
+
 #include <algorithm>
 #include <bit>
 #include <cmath>
@@ -14,6 +19,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "blas.hpp"
@@ -357,9 +363,6 @@ LOOM_VECTOR_CLONES void backward_entry(const problem<T>& pr, const operand<const
 // inlined so that each version gets its own copy. All keys are one block, so no online
 // rescaling is needed: p = e^(s − max) / l directly. Same math and saved lse as above.
 
-// The helpers pass vectors by value only to each other, always inlined: no call's ABI is involved.
-#pragma GCC diagnostic ignored "-Wpsabi"
-
 constexpr int lanes = 16;                // query rows per block, columns per vector of a product
 // At most this many keys. Measured [AMD EPYC Zen 4]: faster than the blocked kernels with 16
 // and 32 keys (heads of 16); with 64 keys and heads of 32 (the small model) the training step
@@ -371,17 +374,13 @@ struct lane_vector;
 template <>
 struct lane_vector<float> {
   typedef float type __attribute__((vector_size(lanes * sizeof(float))));
-  typedef std::int32_t mask __attribute__((vector_size(lanes * sizeof(float))));
 };
 template <>
 struct lane_vector<double> {
   typedef double type __attribute__((vector_size(lanes * sizeof(double))));
-  typedef std::int64_t mask __attribute__((vector_size(lanes * sizeof(double))));
 };
 template <class T>
 using vec = typename lane_vector<T>::type;
-template <class T>
-using ivec = typename lane_vector<T>::mask;  // comparisons of vec<T> give these
 
 /// x in every lane (x − 0 is x exactly, −0 included; GCC broadcasts the scalar operand).
 template <class V, class S>
@@ -399,11 +398,11 @@ template <class T>
   std::memcpy(p, &v, sizeof v);
 }
 
-/// e^x in every lane: vexp (vmath.hpp) with its final select left out — the input is clamped
-/// at −88 instead of −87.3, where 2^n is 2^−127, whose bits (exponent field 0) are +0, so the
-/// result is exactly 0 there (and for −∞). Same bits as vexp except for x in (−87.7, −87.3),
-/// where vexp gives 0 and this e^x (below 1.2e−38). In double: std::exp per lane. (A select of
-/// GCC's generic vectors of this width after a compare came out as scalar code per lane.)
+/// e^x in every lane: vmath's exp_clamped with the clamp at −88 instead of vexp's −87.3 and its
+/// final select (x < −87.3 ? 0) left out — at −88 the result is exactly +0 already (also for
+/// −∞). Same bits as vexp except for x in (−87.7, −87.3), where vexp gives 0 and this e^x
+/// (below 1.2e−38). In double: std::exp per lane. (A select of GCC's generic vectors of this
+/// width after a compare came out as scalar code per lane; the clamps' selects did not.)
 template <class T>
 [[gnu::always_inline]] inline vec<T> vexp_lanes(const vec<T>& x) {
   if constexpr (std::is_same_v<T, double>) {
@@ -412,20 +411,10 @@ template <class T>
     return y;
   } else {
     using V = vec<float>;
-    const V lo = splat<V>(-88.0f), hi = splat<V>(88.3f), magic = splat<V>(12582912.0f);
+    const V lo = splat<V>(-88.0f), hi = splat<V>(88.3f);
     V xc = x < lo ? lo : x;
     xc = hi < xc ? hi : xc;
-    const V kf = (xc * 1.44269504088896341f + magic) - magic;
-    const V r = (xc - kf * 0.693359375f) - kf * -2.12194440e-4f;
-    V p = splat<V>(1.0f / 720);
-    p = p * r + 1.0f / 120;
-    p = p * r + 1.0f / 24;
-    p = p * r + 1.0f / 6;
-    p = p * r + 0.5f;
-    p = p * r + 1.0f;
-    p = p * r + 1.0f;
-    const ivec<float> n = __builtin_convertvector(kf, ivec<float>);
-    return p * std::bit_cast<V>((n + 127) << 23);
+    return exp_clamped(xc);
   }
 }
 
@@ -500,13 +489,13 @@ template <class T>
   }
 }
 
-/// R outputs y_r = y + r · ldy (r < R), each y_r[0, n) = (add ? y_r : 0) + scale[r] · Σ_{t < m}
+/// R outputs y_r = y + r · ldy (r < R), each y_r[0, n) = (add ? y_r : 0) + scale[r · ss] · Σ_{t < m}
 /// a[r · ar + t · as] · x[t · ldx + (0, n)]: combinations of the same m rows of x, `lanes` columns
-/// at a time, the R sums in flight together.
+/// at a time, the R sums in flight together (ss = 0: one scale for all).
 template <int R, class T>
-[[gnu::always_inline]] inline void combine_rows(T* y, std::int64_t ldy, bool add, const T* scale, const T* a,
-                                                std::int64_t ar, std::int64_t as, std::int64_t m, const T* x,
-                                                std::int64_t ldx, std::int64_t n) {
+[[gnu::always_inline]] inline void combine_rows(T* y, std::int64_t ldy, bool add, const T* scale, std::int64_t ss,
+                                                const T* a, std::int64_t ar, std::int64_t as, std::int64_t m,
+                                                const T* x, std::int64_t ldx, std::int64_t n) {
   std::int64_t c0 = 0;
   for (; c0 + lanes <= n; c0 += lanes) {
     vec<T> acc[R] = {};
@@ -518,7 +507,7 @@ template <int R, class T>
 #pragma GCC unroll 4
     for (int r = 0; r < R; ++r) {
       T* yr = y + r * ldy + c0;
-      store(yr, add ? load(yr) + acc[r] * scale[r] : acc[r] * scale[r]);
+      store(yr, add ? load(yr) + acc[r] * scale[r * ss] : acc[r] * scale[r * ss]);
     }
   }
   for (; c0 < n; ++c0)
@@ -526,28 +515,45 @@ template <int R, class T>
       T acc = 0;
       for (std::int64_t t = 0; t < m; ++t) acc += a[r * ar + t * as] * x[t * ldx + c0];
       T& yr = y[r * ldy + c0];
-      yr = add ? yr + scale[r] * acc : scale[r] * acc;
+      yr = add ? yr + scale[r * ss] * acc : scale[r * ss] * acc;
     }
 }
 
-/// combine_rows for `count` outputs, four at a time (scale: one per output).
+/// combine_rows for `count` outputs, four at a time.
 template <class T>
 [[gnu::always_inline]] inline void combine_all(std::int64_t count, T* y, std::int64_t ldy, bool add, const T* scale,
-                                               const T* a, std::int64_t ar, std::int64_t as, std::int64_t m,
-                                               const T* x, std::int64_t ldx, std::int64_t n) {
+                                               std::int64_t ss, const T* a, std::int64_t ar, std::int64_t as,
+                                               std::int64_t m, const T* x, std::int64_t ldx, std::int64_t n) {
   std::int64_t r = 0;
   for (; r + 4 <= count; r += 4)
-    combine_rows<4>(y + r * ldy, ldy, add, scale + r, a + r * ar, ar, as, m, x, ldx, n);
-  for (; r < count; ++r) combine_rows<1>(y + r * ldy, ldy, add, scale + r, a + r * ar, ar, as, m, x, ldx, n);
+    combine_rows<4>(y + r * ldy, ldy, add, scale + r * ss, ss, a + r * ar, ar, as, m, x, ldx, n);
+  for (; r < count; ++r)
+    combine_rows<1>(y + r * ldy, ldy, add, scale + r * ss, ss, a + r * ar, ar, as, m, x, ldx, n);
 }
 
-/// The masked scores of rows [r0, r0 + nr) of entry n against keys [klo, klo + w), transposed
-/// into st ([w][lanes]; −∞ where a row may not look and in the lanes past nr); qt receives the
-/// rows of q transposed.
+/// The keys a block of query rows sees: [klo, klo + w), the union of its rows' key ranges (as
+/// problem::key_span; w = 0 when no row sees any key).
+struct key_window {
+  std::int64_t klo = 0, w = 0;
+};
+
+/// The masked scores of rows [r0, r0 + nr) of entry n against the keys the block sees (returned),
+/// transposed into st ([w][lanes]; −∞ where a row may not look and in the lanes past nr); qt
+/// receives the rows of q transposed.
 template <class T>
-[[gnu::always_inline]] inline void small_scores(const problem<T>& pr, std::int64_t n, std::int64_t r0, int nr,
-                                                std::int64_t klo, std::int64_t w, T* qt, T* st) {
+[[gnu::always_inline]] inline key_window small_scores(const problem<T>& pr, std::int64_t n, std::int64_t r0, int nr,
+                                                      T* qt, T* st) {
   const T neg_inf = -std::numeric_limits<T>::infinity();
+  std::int64_t first[lanes], last[lanes];  // each row's keys [first, last), one masks.range call per row
+  std::int64_t klo = pr.keys, khi = 0;
+  for (int i = 0; i < nr; ++i) {
+    std::tie(first[i], last[i]) = pr.masks.range(n, r0 + i);
+    if (first[i] < last[i]) {
+      klo = std::min(klo, first[i]);
+      khi = std::max(khi, last[i]);
+    }
+  }
+  const std::int64_t w = std::max<std::int64_t>(0, khi - klo);
   load_transposed(pr.q, n, r0, nr, qt);
   rows_times_block(pr.k.at(n, klo), pr.k.ld, w, pr.d, qt, static_cast<T>(pr.p->scale), st);
   // the keys each row may see, relative to klo (none in the lanes past nr); a plain loop over
@@ -555,29 +561,28 @@ template <class T>
   // compares was scalar code, 10× slower)
   std::int32_t lo[lanes] = {}, hi[lanes] = {};
   for (int i = 0; i < nr; ++i) {
-    const auto [a, b] = pr.masks.range(n, r0 + i);
-    lo[i] = static_cast<std::int32_t>(std::clamp<std::int64_t>(a - klo, 0, w));
-    hi[i] = static_cast<std::int32_t>(std::clamp<std::int64_t>(b - klo, lo[i], w));
+    lo[i] = static_cast<std::int32_t>(std::clamp<std::int64_t>(first[i] - klo, 0, w));
+    hi[i] = static_cast<std::int32_t>(std::clamp<std::int64_t>(last[i] - klo, lo[i], w));
   }
   for (std::int32_t j = 0; j < static_cast<std::int32_t>(w); ++j) {
     T* sj = st + j * lanes;
     for (int i = 0; i < lanes; ++i) sj[i] = (j >= lo[i]) & (j < hi[i]) ? sj[i] : neg_inf;
   }
-  if (pr.masks.allowed.empty() && pr.masks.added.empty()) return;
-  T row[small_keys];  // boolean and float masks, one row at a time
-  for (int i = 0; i < nr; ++i) {
-    for (std::int64_t j = 0; j < w; ++j) row[j] = st[j * lanes + i];
-    pr.masks.apply(n, r0 + i, klo, klo + w, row);
-    for (std::int64_t j = 0; j < w; ++j) st[j * lanes + i] = row[j];
+  if (!pr.masks.allowed.empty() || !pr.masks.added.empty()) {
+    T row[small_keys];  // boolean and float masks, one row at a time
+    for (int i = 0; i < nr; ++i) {
+      for (std::int64_t j = 0; j < w; ++j) row[j] = st[j * lanes + i];
+      pr.masks.apply(n, r0 + i, klo, klo + w, row);
+      for (std::int64_t j = 0; j < w; ++j) st[j * lanes + i] = row[j];
+    }
   }
+  return {klo, w};
 }
 
 // Rows [r0, r0 + nr) of entry n (nr ≤ lanes): o and the row lse.
 template <class T>
 LOOM_VECTOR_CLONES void forward_small(const problem<T>& pr, T* out, T* lse, std::int64_t n, std::int64_t r0, int nr) {
   const T neg_inf = -std::numeric_limits<T>::infinity();
-  const auto [klo, khi] = pr.key_span(n, r0, r0 + nr);
-  const std::int64_t w = khi - klo;
   if (r0 + nr >= pr.rows && n + 1 < pr.N) {  // the next entry's operands (usually this thread's next item)
     prefetch_entry(pr.q, n + 1, std::min<std::int64_t>(pr.rows, lanes));
     prefetch_entry(pr.k, n + 1, pr.keys);
@@ -585,7 +590,7 @@ LOOM_VECTOR_CLONES void forward_small(const problem<T>& pr, T* out, T* lse, std:
   }
   T* qt = scratch<T>(static_cast<std::size_t>((pr.d + small_keys) * lanes));
   T* st = qt + pr.d * lanes;
-  small_scores(pr, n, r0, nr, klo, w, qt, st);
+  const auto [klo, w] = small_scores(pr, n, r0, nr, qt, st);
   // the row maxima (plain loops over the lanes: GCC vectorises these)
   T mx[lanes], base[lanes];
   std::fill(mx, mx + lanes, neg_inf);
@@ -607,8 +612,8 @@ LOOM_VECTOR_CLONES void forward_small(const problem<T>& pr, T* out, T* lse, std:
     if (lse) lse[n * pr.rows + r0 + i] = l[i] > T(0) ? mx[i] + static_cast<T>(std::log(l[i])) : neg_inf;
   }
   // o[i] = Σ_j p[i, j] v[j] / l[i]
-  combine_all(nr, out + (pr.o.at(n, r0) - pr.o.base), pr.o.ld, false, inv, st, 1, lanes, w, pr.v.at(n, klo), pr.v.ld,
-              pr.dv);
+  combine_all(nr, out + (pr.o.at(n, r0) - pr.o.base), pr.o.ld, false, inv, 1, st, 1, lanes, w, pr.v.at(n, klo),
+              pr.v.ld, pr.dv);
 }
 
 // Entry n's gradients (dq, dk, dv may each be null), added to; the weights recomputed from lse.
@@ -616,9 +621,7 @@ template <class T>
 LOOM_VECTOR_CLONES void backward_small(const problem<T>& pr, const operand<const T>& dout, const operand<T>& dq,
                                        const operand<T>& dk, const operand<T>& dvv, const T* lse, std::int64_t n) {
   const T neg_inf = -std::numeric_limits<T>::infinity();
-  T ones[small_keys], cs[small_keys];  // the products' scales, one per output row
-  std::fill(ones, ones + small_keys, T(1));
-  std::fill(cs, cs + small_keys, static_cast<T>(pr.p->scale));
+  const T one = 1, c = static_cast<T>(pr.p->scale);  // the products' scales
   const std::int64_t d = pr.d, dv = pr.dv;
   if (n + 1 < pr.N) {  // the next entry (usually the next this thread runs)
     for (const auto* x : {&pr.q, &pr.k, &pr.v, &pr.o, &dout}) prefetch_entry(*x, n + 1, x == &pr.k || x == &pr.v ? pr.keys : pr.rows);
@@ -631,9 +634,7 @@ LOOM_VECTOR_CLONES void backward_small(const problem<T>& pr, const operand<const
   T* ds = pt + small_keys * lanes;       // dp, then ds, transposed
   for (std::int64_t r0 = 0; r0 < pr.rows; r0 += lanes) {
     const int nr = static_cast<int>(std::min<std::int64_t>(lanes, pr.rows - r0));
-    const auto [klo, khi] = pr.key_span(n, r0, r0 + nr);
-    const std::int64_t w = khi - klo;
-    small_scores(pr, n, r0, nr, klo, w, qt, pt);
+    const auto [klo, w] = small_scores(pr, n, r0, nr, qt, pt);
     // p = e^(s − lse); a row with no key to see (lse = −∞) and the lanes past nr subtract +∞
     // instead, so that every weight is e^(−∞) = 0
     T base[lanes];
@@ -644,7 +645,7 @@ LOOM_VECTOR_CLONES void backward_small(const problem<T>& pr, const operand<const
     const vec<T> b = load(base);
     for (std::int64_t j = 0; j < w; ++j) store(pt + j * lanes, vexp_lanes<T>(load(pt + j * lanes) - b));
     if (dvv.base)  // dv[j] += Σ_i p[i, j] do[i]
-      combine_all(w, dvv.at(n, klo), dvv.ld, true, ones, pt, lanes, 1, nr, dout.at(n, r0), dout.ld, dv);
+      combine_all(w, dvv.at(n, klo), dvv.ld, true, &one, 0, pt, lanes, 1, nr, dout.at(n, r0), dout.ld, dv);
     if (!dq.base && !dk.base) continue;
     T dsum_rows[lanes] = {};  // D = rowsum(do ⊙ o)
     for (int i = 0; i < nr; ++i) dsum_rows[i] = lane_dot(dout.at(n, r0 + i), pr.o.at(n, r0 + i), dv);
@@ -654,9 +655,9 @@ LOOM_VECTOR_CLONES void backward_small(const problem<T>& pr, const operand<const
     for (std::int64_t j = 0; j < w; ++j)                                  // ds = p ⊙ (dp − D)
       store(ds + j * lanes, load(pt + j * lanes) * (load(ds + j * lanes) - dsum));
     if (dq.base)  // dq[i] += c · Σ_j ds[i, j] k[j]
-      combine_all(nr, dq.at(n, r0), dq.ld, true, cs, ds, 1, lanes, w, pr.k.at(n, klo), pr.k.ld, d);
+      combine_all(nr, dq.at(n, r0), dq.ld, true, &c, 0, ds, 1, lanes, w, pr.k.at(n, klo), pr.k.ld, d);
     if (dk.base)  // dk[j] += c · Σ_i ds[i, j] q[i]
-      combine_all(w, dk.at(n, klo), dk.ld, true, cs, ds, lanes, 1, nr, pr.q.at(n, r0), pr.q.ld, d);
+      combine_all(w, dk.at(n, klo), dk.ld, true, &c, 0, ds, lanes, 1, nr, pr.q.at(n, r0), pr.q.ld, d);
   }
 }
 

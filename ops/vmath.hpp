@@ -15,32 +15,45 @@ namespace loom::ops {
 // and its copies must never stand in for the baseline ones at link time.
 namespace {
 
-/// e^x. In float: range reduction x = n·ln2 + r, |r| ≤ ln2/2, then a degree-6 Taylor
-/// polynomial for e^r (relative error < 2.5e-7) scaled by 2^n through the exponent bits —
-/// plain arithmetic with min/max and one select, so loops over it vectorise. e^x is 0 for
-/// x < −87.3 (and for −∞) and saturates at e^88.3 ≈ 2.1e38 above (loom calls it on x − max ≤ 0).
-/// In double: std::exp (gradient checks want every digit).
+/// e^xc for xc already clamped to [−88, 88.3], in float: a float or a GCC vector of floats (the
+/// same operations in every lane, so the same bits). Range reduction xc = n·ln2 + r, |r| ≤ ln2/2,
+/// then a degree-6 Taylor polynomial for e^r (relative error < 2.5e-7) scaled by 2^n through the
+/// exponent bits; n = −127 (xc below −87.7) gives exponent bits 0, i.e. exactly +0. Always
+/// inlined, so that every vector version of a kernel (vector_isa.hpp) gets its own copy.
+template <class F>
+[[gnu::always_inline]] inline F exp_clamped(F xc) {
+  constexpr float log2e = 1.44269504088896341f;
+  constexpr float ln2_hi = 0.693359375f, ln2_lo = -2.12194440e-4f;
+  constexpr float magic = 12582912.0f;  // 1.5 · 2^23: adding it rounds to an integer
+  const F kf = (xc * log2e + magic) - magic;
+  const F r = (xc - kf * ln2_hi) - kf * ln2_lo;
+  F p = 1.0f / 720 - F{};  // (x − 0 is x: a scalar, or x in every lane)
+  p = p * r + 1.0f / 120;
+  p = p * r + 1.0f / 24;
+  p = p * r + 1.0f / 6;
+  p = p * r + 0.5f;
+  p = p * r + 1.0f;
+  p = p * r + 1.0f;
+  if constexpr (std::is_same_v<F, float>) {
+    const std::int32_t n = static_cast<std::int32_t>(kf);
+    return p * std::bit_cast<float>(static_cast<std::int32_t>((n + 127) << 23));
+  } else {
+    using I = decltype(kf < kf);  // the integer vector of F's shape
+    const I n = __builtin_convertvector(kf, I);
+    return p * std::bit_cast<F>((n + 127) << 23);
+  }
+}
+
+/// e^x. In float: exp_clamped of x clamped to [−87.3, 88.3] — plain arithmetic with min/max and
+/// one select, so loops over it vectorise; e^x is 0 for x < −87.3 (and for −∞) and saturates at
+/// e^88.3 ≈ 2.1e38 above (loom calls it on x − max ≤ 0). In double: std::exp (gradient checks
+/// want every digit).
 template <class T>
 inline T vexp(T x) {
   if constexpr (std::is_same_v<T, double>) {
     return std::exp(x);
   } else {
-    constexpr float log2e = 1.44269504088896341f;
-    constexpr float ln2_hi = 0.693359375f, ln2_lo = -2.12194440e-4f;
-    constexpr float magic = 12582912.0f;  // 1.5 · 2^23: adding it rounds to an integer
-    const float xc = std::min(std::max(x, -87.3f), 88.3f);
-    const float kf = (xc * log2e + magic) - magic;
-    const float r = (xc - kf * ln2_hi) - kf * ln2_lo;
-    float p = 1.0f / 720;
-    p = p * r + 1.0f / 120;
-    p = p * r + 1.0f / 24;
-    p = p * r + 1.0f / 6;
-    p = p * r + 0.5f;
-    p = p * r + 1.0f;
-    p = p * r + 1.0f;
-    const std::int32_t n = static_cast<std::int32_t>(kf);
-    const float scale = std::bit_cast<float>(static_cast<std::int32_t>((n + 127) << 23));
-    const float y = p * scale;
+    const float y = exp_clamped(std::min(std::max(x, -87.3f), 88.3f));
     return x < -87.3f ? 0.0f : y;
   }
 }
