@@ -246,6 +246,11 @@ TEST_CASE("layer_norm passes gradcheck for x, gamma and beta") {
     test::require_gradcheck(make_graph(layer_norm<1e-5>(x, gamma, beta)), p,
                             {{"x", test::random_tensor<double>({2, 3, 5}, 5)}});
   }
+  SECTION("21 rows: a whole block of 16 rows, whose statistics are computed together, and a ragged one") {
+    auto x = input<"x", shape<dyn<"B">, dyn<"T">, fix<5>>>();
+    test::require_gradcheck(make_graph(layer_norm<1e-5>(x, gamma, beta)), p,
+                            {{"x", test::random_tensor<double>({3, 7, 5}, 8)}});
+  }
   SECTION("one row, eps 1e-6") {
     auto x = input<"x", shape<fix<1>, fix<5>>>();
     test::require_gradcheck(make_graph(layer_norm<1e-6>(x, gamma, beta)), p,

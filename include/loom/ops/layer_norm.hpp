@@ -7,6 +7,7 @@
 //   backward, with g = dy ⊙ gamma:
 //     dx     = r · (g − mean(g) − x̂ · mean(g ⊙ x̂))      (means over the row)
 //     dgamma = Σ_rows dy ⊙ x̂,   dbeta = Σ_rows dy       (rows summed in order)
+//   forward saves μ and r of each row for backward (2 values per row).
 #pragma once
 
 #include <tuple>
@@ -30,6 +31,10 @@ struct layer_norm_kernel {  // ops/layer_norm.cpp
   static void forward(const op_args<T>& a);
   static void backward(const op_args<T>& a);
 };
+/// The row statistics forward saves for backward: μ and r of every row.
+std::int64_t layer_norm_saved(const void*, const dims_t& out, std::span<const dims_t> in);
+/// The backward's workspace: the per-chunk partial sums of dgamma and dbeta and two rows.
+std::int64_t layer_norm_scratch(const void*, const dims_t& out, std::span<const dims_t> in);
 }  // namespace ops
 
 /// layer_norm's attributes (stored in its node's descriptor, read by its kernels).
@@ -46,6 +51,8 @@ inline constexpr op_entry layer_norm_entry{
     .writes_fresh = true,
     .can_run_in_place = true,
     .backward_reads = reads({0, 1}),
+    .saved_elements = &ops::layer_norm_saved,
+    .scratch_elements = &ops::layer_norm_scratch,
 };
 LOOM_REGISTER_OP(layer_norm_entry);
 
