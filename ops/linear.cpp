@@ -99,7 +99,7 @@ void linear_kernel<T>::backward(const op_args<T>& a) {
     dz = out;
   }
   if (T* db = a.grad(2))  // db = Σ_rows dz
-    sum_over_rows(rows, n, column_sum{db, a.fresh(2), [&](std::int64_t r, std::int64_t j) { return dz[r * n + j]; }});
+    sum_over_rows(dz, n, rows, n, db, a.fresh(2));
   if (T* dx = a.grad(0))  // dx [rows, k] = dz [rows, n] · w [n, k]
     batched_gemm<T>(false, false, 1, rows, k, n, dz, n, 0, w, k, 0, dx, 0, a.fresh(0) ? T(0) : T(1));
   if (T* dw = a.grad(1))  // dw [n, k] = dzᵀ · x, summed over the rows

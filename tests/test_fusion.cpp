@@ -246,6 +246,29 @@ TEST_CASE("fused linear layers (bias, relu, gelu epilogues) give the unfused bit
   }
 }
 
+TEST_CASE("a fused linear layer used twice adds its second gradients to the first, as unfused") {
+  // the same layer (one weight and bias) on x and on x ⊙ x: the second backward adds to the
+  // bias gradient the first one stored (24 outputs: a whole vector of 16 and a tail)
+  auto g = make_graph(sum(relu(nn::linear<"l", 24>(X{})) + nn::linear<"l", 24>(mul(X{}, X{}))));
+  auto x = test::random_tensor<float>({3, 70, D}, 31);
+  auto bits = [&](bool fuse) {
+    auto p = g.make_params<float>(5);
+    auto ex = g.executor<float>(p, {.fuse = fuse});
+    ex.forward({{"x", x}});
+    ex.backward();
+    std::vector<float> all;
+    for (auto& [name, e] : p) all.insert(all.end(), e.grad.values().begin(), e.grad.values().end());
+    return std::make_pair(all, ops_of(ex.plan()));
+  };
+  const auto [fused, fused_ops] = bits(true);
+  const auto [unfused, unfused_ops] = bits(false);
+  CHECK(fused_ops.count("linear_relu") == 1);
+  CHECK(fused_ops.count("linear") == 1);
+  CHECK(unfused_ops.count("linear") == 0);
+  REQUIRE(fused.size() == unfused.size());
+  CHECK(std::memcmp(fused.data(), unfused.data(), fused.size() * sizeof(float)) == 0);
+}
+
 TEMPLATE_TEST_CASE_SIG("fused attention adds float masks [T, S], [B, 1, T, S], [B, H, T, S] and gives their gradients",
                        "", ((int H), H), 1, 2) {
   auto x = test::random_tensor<double>({2, 5, D}, 14);
