@@ -126,6 +126,26 @@ TEST_CASE("fused self-attention equals the primitives with every mask kind: 70 k
   every_mask_kind<2>(70);
 }
 
+// Heads of 16 and more: the small-block kernels transpose q and dO in registers 16 columns at a
+// time (the tiny model's heads of 16 are one block; 20 and 33 add a ragged tail of columns).
+TEMPLATE_TEST_CASE_SIG("fused attention with heads of 16 to 33 columns equals the primitives (small blocks)", "",
+                       ((long DQ, long DV), DQ, DV), (16, 16), (20, 33)) {
+  auto q = input<"q", shape<dyn<"B">, fix<2>, dyn<"T">, fix<DQ>>>();
+  auto k = input<"k", shape<dyn<"B">, fix<2>, dyn<"S">, fix<DQ>>>();
+  auto v = input<"v", shape<dyn<"B">, fix<2>, dyn<"S">, fix<DV>>>();
+  auto rnd = [](long rows, long cols, std::uint64_t seed) { return test::random_tensor<double>({2, 2, rows, cols}, seed); };
+  SECTION("causal and padding, 20 query rows (a block of 16 and a ragged one), 20 keys") {
+    require_fused_equals_unfused(make_graph(nn::attention<{.is_causal = true}>(q, k, v, nn::padding(Len{}))),
+                                 {{"q", rnd(20, DQ, 40)}, {"k", rnd(20, DQ, 41)}, {"v", rnd(20, DV, 42)},
+                                  {"len", ints({2}, {20, 3})}});
+  }
+  SECTION("padding, 16 query rows against 9 keys") {
+    require_fused_equals_unfused(make_graph(nn::attention<{}>(q, k, v, nn::padding(Len{}))),
+                                 {{"q", rnd(16, DQ, 43)}, {"k", rnd(9, DQ, 44)}, {"v", rnd(9, DV, 45)},
+                                  {"len", ints({2}, {9, 3})}});
+  }
+}
+
 TEST_CASE("fused cross-attention equals the primitives: S ≠ T, padding of the memory") {
   auto x = test::random_tensor<double>({2, 3, D}, 4);
   auto mem = test::random_tensor<double>({2, 6, D}, 5);
