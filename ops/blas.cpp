@@ -82,6 +82,10 @@ void gemm(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64
     // chunks (about 2^16 multiply-adds, a multiple of 16 columns) depend on the sizes only.
     const int inc_a = trans_a ? static_cast<int>(lda) : 1;
     for_chunks(n, gemv_columns(k), [&](std::int64_t j0, std::int64_t j1) {
+      if constexpr (std::is_same_v<T, float>)  // loom's kernel: no per-call setup, 20% faster from L3
+        if (sgemv_avx512(trans_b, j1 - j0, k, alpha, a, trans_a ? lda : 1, trans_b ? b + j0 * ldb : b + j0, ldb, beta,
+                         c + j0))
+          return;
       const int cols = static_cast<int>(j1 - j0);
       if (trans_b)  // b is [N, K]
         gemv(CblasNoTrans, cols, K, alpha, b + j0 * ldb, static_cast<int>(ldb), a, inc_a, beta, c + j0, 1);

@@ -178,8 +178,91 @@ bool sgemm_avx512(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, st
   return true;
 }
 
+namespace {
+
+// c[j] = alpha · sum + beta · c[j] for the lanes of `keep` (c not read when beta is 0): the
+// epilogue of sgemm_avx512's tiles.
+[[gnu::target("avx512f"), gnu::always_inline]] inline void put_lanes(float* c, __m512 sum, float alpha, float beta,
+                                                                   __mmask16 keep) {
+  __m512 x = _mm512_mul_ps(_mm512_set1_ps(alpha), sum);
+  if (beta != 0.f) x = _mm512_fmadd_ps(_mm512_set1_ps(beta), _mm512_maskz_loadu_ps(keep, c), x);
+  _mm512_mask_storeu_ps(c, keep, x);
+}
+
+// c[j] = x · b[j] (rows of b [N, K], dot products): four rows at a time, each summed in 16
+// lanes over k in order, the lanes then added by a fixed tree.
+[[gnu::target("avx512f")]] void dot_rows(i64 n, i64 k, float alpha, const float* x, const float* b, i64 ldb,
+                                         float beta, float* c) {
+  const i64 full = k / 16 * 16;
+  const __mmask16 tail = static_cast<__mmask16>((1u << (k % 16)) - 1);
+  float sums[16] = {};
+  for (i64 j = 0; j < n; j += 4) {
+    const int rows = static_cast<int>(std::min<i64>(4, n - j));
+    __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
+    const float* br[4];
+    for (int r = 0; r < 4; ++r) br[r] = b + (j + std::min(r, rows - 1)) * ldb;  // a short last group repeats a row
+    for (i64 kk = 0; kk < full; kk += 16) {
+      const __m512 xv = _mm512_loadu_ps(x + kk);
+#pragma GCC unroll 4
+      for (int r = 0; r < 4; ++r) acc[r] = _mm512_fmadd_ps(_mm512_loadu_ps(br[r] + kk), xv, acc[r]);
+    }
+    if (tail) {
+      const __m512 xv = _mm512_maskz_loadu_ps(tail, x + full);
+#pragma GCC unroll 4
+      for (int r = 0; r < 4; ++r) acc[r] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(tail, br[r] + full), xv, acc[r]);
+    }
+    for (int r = 0; r < 4; ++r) sums[r] = _mm512_reduce_add_ps(acc[r]);
+    put_lanes(c + j, _mm512_loadu_ps(sums), alpha, beta, static_cast<__mmask16>((1u << rows) - 1));
+  }
+}
+
+// c[j] = Σ_k x[k] · b[k, j] (b [K, N]): 64 columns at a time (16 at the ragged end), four
+// vectors of sums over k in order.
+[[gnu::target("avx512f")]] void combine_rows(i64 n, i64 k, float alpha, const float* x, const float* b, i64 ldb,
+                                             float beta, float* c) {
+  i64 j = 0;
+  for (; j + 64 <= n; j += 64) {
+    __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
+    for (i64 kk = 0; kk < k; ++kk) {
+      const __m512 xv = _mm512_set1_ps(x[kk]);
+      const float* row = b + kk * ldb + j;
+#pragma GCC unroll 4
+      for (int v = 0; v < 4; ++v) acc[v] = _mm512_fmadd_ps(xv, _mm512_loadu_ps(row + 16 * v), acc[v]);
+    }
+    for (int v = 0; v < 4; ++v) put_lanes(c + j + 16 * v, acc[v], alpha, beta, 0xFFFF);
+  }
+  for (; j < n; j += 16) {
+    const __mmask16 keep = static_cast<__mmask16>(n - j >= 16 ? 0xFFFFu : (1u << (n - j)) - 1);
+    __m512 acc = _mm512_setzero_ps();
+    for (i64 kk = 0; kk < k; ++kk)
+      acc = _mm512_fmadd_ps(_mm512_set1_ps(x[kk]), _mm512_maskz_loadu_ps(keep, b + kk * ldb + j), acc);
+    put_lanes(c + j, acc, alpha, beta, keep);
+  }
+}
+
+}  // namespace
+
+bool sgemv_avx512(bool trans_b, std::int64_t n, std::int64_t k, float alpha, const float* a, std::int64_t inc_a,
+                  const float* b, std::int64_t ldb, float beta, float* c) {
+  if (!has_avx512 || n < 1 || k < 1) return false;
+  const float* x = a;
+  if (inc_a != 1) {  // a column of a stored matrix: gathered once
+    thread_local std::vector<float> gathered;  // nothing else runs on this thread until the product is done
+    gathered.resize(static_cast<std::size_t>(k));
+    for (i64 kk = 0; kk < k; ++kk) gathered[static_cast<std::size_t>(kk)] = a[kk * inc_a];
+    x = gathered.data();
+  }
+  if (trans_b) dot_rows(n, k, alpha, x, b, ldb, beta, c);
+  else combine_rows(n, k, alpha, x, b, ldb, beta, c);
+  return true;
+}
+
 #else
 
+bool sgemv_avx512(bool, std::int64_t, std::int64_t, float, const float*, std::int64_t, const float*, std::int64_t, float,
+                  float*) {
+  return false;
+}
 bool sgemm_avx512_takes(bool, bool, std::int64_t, std::int64_t, std::int64_t) { return false; }
 bool sgemm_avx512(bool, bool, std::int64_t, std::int64_t, std::int64_t, float, const float*, std::int64_t, const float*,
                 std::int64_t, float, float*, std::int64_t) {

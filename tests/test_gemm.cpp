@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <random>
 #include <vector>
@@ -80,12 +81,13 @@ TEST_CASE("gemm scales by alpha, adds beta times C, and does not read C when bet
   for (bool ta : {false, true})
     for (bool tb : {false, true})
       for (const auto& [alpha, beta] : {std::pair{0.125f, 1.f}, {-2.f, 0.5f}, {1.f, 0.f}})
-        for (i64 n : {32, 100, 1200}) {  // loom's kernel (full, ragged), then the BLAS
-          const product p{ta, tb, 37, n, 45, alpha, beta};
-          INFO("ta " << ta << " tb " << tb << " alpha " << alpha << " beta " << beta << " n " << n);
-          CHECK(worst_error(p, false) < 1e-5);
-          if (beta == 0.f) CHECK(worst_error(p, true) < 1e-5);  // NaN in C must not leak in
-        }
+        for (i64 m : {37, 1})         // a product, a GEMV
+          for (i64 n : {32, 100, 1200}) {  // loom's kernel (full, ragged), then (m = 37) the BLAS
+            const product p{ta, tb, m, n, 45, alpha, beta};
+            INFO("ta " << ta << " tb " << tb << " alpha " << alpha << " beta " << beta << " m " << m << " n " << n);
+            CHECK(worst_error(p, false) < 1e-5);
+            if (beta == 0.f) CHECK(worst_error(p, true) < 1e-5);  // NaN in C must not leak in
+          }
 }
 
 TEST_CASE("loom's kernel takes only the shapes it is made for and leaves the rest untouched") {
@@ -133,4 +135,29 @@ TEST_CASE("every element of a product has the same bits however the rows are spl
     ops::gemm<float>(false, false, rows, n, k, 1.f, a.data() + r0 * k, k, b.data(), n, 0.f, split.data() + r0 * n, n);
   }
   CHECK(whole == split);
+}
+
+TEST_CASE("a one-row product (decoding's GEMV) has the same bits however its columns are split") {
+  if (!ops::sgemv_avx512(false, 1, 1, 1.f, std::vector<float>{1.f}.data(), 1, std::vector<float>{1.f}.data(), 1, 0.f,
+                         std::vector<float>(1).data()))
+    SUCCEED("no AVX-512 on this CPU: the BLAS's GEMV runs instead");
+  else
+    for (bool tb : {false, true})
+      for (i64 k : {7, 16, 300}) {
+        const i64 n = 77, ldb = (tb ? k : n) + 3, inc = 2;
+        std::mt19937 rng(static_cast<unsigned>(k * 2 + tb));
+        std::uniform_real_distribution<float> u(-1.f, 1.f);
+        std::vector<float> x(static_cast<std::size_t>(k * inc)), b(static_cast<std::size_t>((tb ? n : k) * ldb));
+        for (auto& v : x) v = u(rng);
+        for (auto& v : b) v = u(rng);
+        std::vector<float> whole(static_cast<std::size_t>(n)), split(static_cast<std::size_t>(n));
+        REQUIRE(ops::sgemv_avx512(tb, n, k, 1.f, x.data(), inc, b.data(), ldb, 0.f, whole.data()));
+        for (i64 j0 = 0; j0 < n; j0 += 21) {  // columns [j0, j0 + 21): ragged against the 4 rows and 64 columns
+          const i64 w = std::min<i64>(21, n - j0);
+          REQUIRE(ops::sgemv_avx512(tb, w, k, 1.f, x.data(), inc, tb ? b.data() + j0 * ldb : b.data() + j0, ldb, 0.f,
+                                    split.data() + j0));
+        }
+        INFO("tb " << tb << " k " << k);
+        CHECK(std::memcmp(whole.data(), split.data(), whole.size() * sizeof(float)) == 0);
+      }
 }
