@@ -445,11 +445,13 @@ template <class T>
 struct lane_index;
 template <>
 struct lane_index<float> {
-  typedef std::int32_t type __attribute__((vector_size(lanes * sizeof(std::int32_t))));
+  using elem = std::int32_t;
+  typedef elem type __attribute__((vector_size(lanes * sizeof(elem))));
 };
 template <>
 struct lane_index<double> {
-  typedef std::int64_t type __attribute__((vector_size(lanes * sizeof(std::int64_t))));
+  using elem = std::int64_t;
+  typedef elem type __attribute__((vector_size(lanes * sizeof(elem))));
 };
 
 /// One stage of a 16 × 16 transpose in registers: rows i and i + B (bit B of i clear) swap the
@@ -460,10 +462,10 @@ struct lane_index<double> {
 template <class T, int B>
 [[gnu::always_inline]] inline void transpose_stage(vec<T>* r) {
   using I = typename lane_index<T>::type;
+  using E_t = typename lane_index<T>::elem;
   constexpr auto masks = []<std::size_t... E>(std::index_sequence<E...>) {
     // row i takes its own element e, or row i + B's e − B; row i + B: its own e, or row i's e + B
-    return std::pair{I{static_cast<typename std::remove_reference_t<decltype(I{}[0])>>((E & B) ? lanes + E - B : E)...},
-                     I{static_cast<typename std::remove_reference_t<decltype(I{}[0])>>((E & B) ? lanes + E : E + B)...}};
+    return std::pair{I{static_cast<E_t>((E & B) ? lanes + E - B : E)...}, I{static_cast<E_t>((E & B) ? lanes + E : E + B)...}};
   }(std::make_index_sequence<lanes>{});
 #pragma GCC unroll 16
   for (int i = 0; i < lanes; ++i)

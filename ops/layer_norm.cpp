@@ -119,9 +119,8 @@ void layer_norm_kernel<T>::forward(const op_args<T>& a) {
   if (rows == 0) return;
   if (!a.saved) throw std::logic_error("layer_norm: the executor gave no buffer for the saved row statistics");
   const double eps = a.template attrs<layer_norm_attrs>().eps;
-  // chunks of whole row blocks (so a block's rows are never split between threads)
-  const std::int64_t grain = (grain_for(6 * d) + row_block - 1) / row_block * row_block;
-  for_chunks(rows, grain, [&](std::int64_t r0, std::int64_t r1) {
+  // (a row's statistics do not depend on which rows share its block: any chunk bounds give the same bits)
+  for_chunks(rows, grain_for(6 * d), [&](std::int64_t r0, std::int64_t r1) {
     forward_rows(a.input(0), a.input(1), a.input(2), a.out, a.saved, r0, r1, d, eps);
   });
 }
@@ -133,7 +132,7 @@ void layer_norm_kernel<T>::backward(const op_args<T>& a) {
   T* dbeta = a.grad(2);
   const std::int64_t d = a.out_dims[-1];
   const std::int64_t rows = d ? a.out_dims.size() / d : 0;
-  if (rows == 0) {  // nothing to sum: fresh gradients of gamma and beta are zero
+  if (rows == 0) {  // nothing to sum (and no workspace): fresh gradients of gamma and beta are zero
     add_chunk_partials(dgamma, a.fresh(1), static_cast<const T*>(nullptr), 0, 0, d);
     add_chunk_partials(dbeta, a.fresh(2), static_cast<const T*>(nullptr), 0, 0, d);
     return;

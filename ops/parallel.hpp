@@ -10,7 +10,11 @@
 
 namespace loom::ops {
 
-/// Calls fn(begin, end) over [0, n) in chunks of at most `grain` items, in parallel.
+/// Calls fn(begin, end) over [0, n) in chunks of at most `grain` items, in parallel. The range
+/// is halved until a piece is at most `grain` long, so chunks are between grain/2 and grain
+/// items and their bounds are *not* multiples of grain (192 items at grain 32: chunks of 24). A
+/// caller that needs aligned bounds (whole vectors of columns, say) chunks over units of that
+/// size instead (reduce.hpp's sum_over_rows). Bounds depend on n and grain only.
 template <class Fn>
 void for_chunks(std::int64_t n, std::int64_t grain, Fn&& fn) {
   if (n <= 0) return;

@@ -17,11 +17,13 @@ namespace loom::ops {
 /// floats with AVX-512), whose sums stay in registers over all the rows — kept in dst, they were
 /// loaded and stored again for every row, each row waiting on the previous row's store (1.7
 /// cycles per element), and a fixed-size array of sums came out as scalar code. Each column
-/// adds its rows in order, starting from 0 (fresh) or dst, whichever the version.
+/// adds its rows in order, starting from 0 (fresh) or dst, in the vector and the scalar tail alike.
+inline constexpr std::int64_t column_tile = 16;
+
 template <class T>
 LOOM_VECTOR_CLONES void sum_columns(const T* __restrict x, std::int64_t ld, std::int64_t rows, std::int64_t j0,
                                     std::int64_t j1, T* __restrict dst, bool fresh) {
-  constexpr std::int64_t width = 16;
+  constexpr std::int64_t width = column_tile;
   typedef T vec __attribute__((vector_size(width * sizeof(T))));
   std::int64_t t = j0;
   for (; t + width <= j1; t += width) {
@@ -47,9 +49,10 @@ LOOM_VECTOR_CLONES void sum_columns(const T* __restrict x, std::int64_t ld, std:
 template <class T>
 void sum_over_rows(const T* x, std::int64_t ld, std::int64_t rows, std::int64_t cols, T* dst, bool fresh) {
   if (!dst) return;
-  constexpr std::int64_t tile = 16;  // chunks of whole tiles (for_chunks halves its range: 192 columns in
-                                     // chunks of 24 left half of each chunk to the scalar tail)
-  const std::int64_t grain = std::max<std::int64_t>(grain_for(2 * rows * tile), 1);
+  // chunks of whole tiles: chunks of columns would not be multiples of 16 (for_chunks halves its
+  // range: 192 columns in chunks of 24 left half of each chunk to the scalar tail)
+  constexpr std::int64_t tile = column_tile;
+  const std::int64_t grain = grain_for(2 * rows * tile);
   for_chunks((cols + tile - 1) / tile, grain, [&](std::int64_t c0, std::int64_t c1) {
     sum_columns(x, ld, rows, c0 * tile, std::min(cols, c1 * tile), dst, fresh);
   });

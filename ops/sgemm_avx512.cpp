@@ -32,6 +32,15 @@ using i64 = std::int64_t;
 // The largest N and K it takes (see sgemm_avx512.hpp).
 constexpr i64 max_n = 1024, max_k = 1024;
 
+// c[j] = alpha · sum + beta · c[j] for the lanes of `keep` (c not read when beta is 0): the
+// epilogue of every tile and GEMV.
+[[gnu::target("avx512f"), gnu::always_inline]] inline void put_lanes(float* c, __m512 sum, float alpha, float beta,
+                                                                   __mmask16 keep) {
+  __m512 x = _mm512_mul_ps(_mm512_set1_ps(alpha), sum);
+  if (beta != 0.f) x = _mm512_fmadd_ps(_mm512_set1_ps(beta), _mm512_maskz_loadu_ps(keep, c), x);
+  _mm512_mask_storeu_ps(c, keep, x);
+}
+
 // R rows × 16·NV columns of C from op(A) (element (i, k) at a[i·a_row + k·a_k]) and a panel of
 // op(B) (row k at b + k·ldb, 16·NV floats readable); `last` masks the columns of the last
 // vector that C has (all 16 but at the right edge of a ragged N).
@@ -57,17 +66,11 @@ template <int R, int NV>
       for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_fmadd_ps(av, bv[v], acc[r][v]);
     }
   }
-  const __m512 al = _mm512_set1_ps(alpha), be = _mm512_set1_ps(beta);
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r)
 #pragma GCC unroll 2
-    for (int v = 0; v < NV; ++v) {
-      float* cr = c + r * ldc + 16 * v;
-      const __mmask16 keep = v == NV - 1 ? last : __mmask16(0xFFFF);
-      __m512 x = _mm512_mul_ps(al, acc[r][v]);
-      if (beta != 0.f) x = _mm512_fmadd_ps(be, _mm512_maskz_loadu_ps(keep, cr), x);
-      _mm512_mask_storeu_ps(cr, keep, x);
-    }
+    for (int v = 0; v < NV; ++v)
+      put_lanes(c + r * ldc + 16 * v, acc[r][v], alpha, beta, v == NV - 1 ? last : __mmask16(0xFFFF));
 }
 
 template <int NV>
@@ -180,15 +183,6 @@ bool sgemm_avx512(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, st
 
 namespace {
 
-// c[j] = alpha · sum + beta · c[j] for the lanes of `keep` (c not read when beta is 0): the
-// epilogue of sgemm_avx512's tiles.
-[[gnu::target("avx512f"), gnu::always_inline]] inline void put_lanes(float* c, __m512 sum, float alpha, float beta,
-                                                                   __mmask16 keep) {
-  __m512 x = _mm512_mul_ps(_mm512_set1_ps(alpha), sum);
-  if (beta != 0.f) x = _mm512_fmadd_ps(_mm512_set1_ps(beta), _mm512_maskz_loadu_ps(keep, c), x);
-  _mm512_mask_storeu_ps(c, keep, x);
-}
-
 // c[j] = x · b[j] (rows of b [N, K], dot products): four rows at a time, each summed in 16
 // lanes over k in order, the lanes then added by a fixed tree.
 [[gnu::target("avx512f")]] void dot_rows(i64 n, i64 k, float alpha, const float* x, const float* b, i64 ldb,
@@ -242,16 +236,9 @@ namespace {
 
 }  // namespace
 
-bool sgemv_avx512(bool trans_b, std::int64_t n, std::int64_t k, float alpha, const float* a, std::int64_t inc_a,
-                  const float* b, std::int64_t ldb, float beta, float* c) {
+bool sgemv_avx512(bool trans_b, std::int64_t n, std::int64_t k, float alpha, const float* x, const float* b,
+                  std::int64_t ldb, float beta, float* c) {
   if (!has_avx512 || n < 1 || k < 1) return false;
-  const float* x = a;
-  if (inc_a != 1) {  // a column of a stored matrix: gathered once
-    thread_local std::vector<float> gathered;  // nothing else runs on this thread until the product is done
-    gathered.resize(static_cast<std::size_t>(k));
-    for (i64 kk = 0; kk < k; ++kk) gathered[static_cast<std::size_t>(kk)] = a[kk * inc_a];
-    x = gathered.data();
-  }
   if (trans_b) dot_rows(n, k, alpha, x, b, ldb, beta, c);
   else combine_rows(n, k, alpha, x, b, ldb, beta, c);
   return true;
@@ -259,8 +246,7 @@ bool sgemv_avx512(bool trans_b, std::int64_t n, std::int64_t k, float alpha, con
 
 #else
 
-bool sgemv_avx512(bool, std::int64_t, std::int64_t, float, const float*, std::int64_t, const float*, std::int64_t, float,
-                  float*) {
+bool sgemv_avx512(bool, std::int64_t, std::int64_t, float, const float*, const float*, std::int64_t, float, float*) {
   return false;
 }
 bool sgemm_avx512_takes(bool, bool, std::int64_t, std::int64_t, std::int64_t) { return false; }

@@ -17,14 +17,14 @@ namespace loom::ops {
 /// Whether sgemm_avx512 computes products of this shape on this CPU.
 bool sgemm_avx512_takes(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k);
 
-/// c[0, N) = alpha · x · op(B) + beta · c (c not read when beta is 0), x[k] at a[k · inc_a]:
+/// c[0, N) = alpha · x · op(B) + beta · c (c not read when beta is 0), x contiguous [K]:
 /// the one-row product of decoding (a GEMV), when the CPU has AVX-512 (false, having touched
 /// nothing, otherwise). trans_b: B is [N, K] and c[j] is x · row j of B, summed in 16 lanes over k
 /// in order, then across the lanes by a fixed tree; else B is [K, N] and c[j] a chain of fused
 /// multiply-adds over k in order. Each c[j] depends on x and its own row or column of B only (not
 /// on N or on how the caller splits the columns). Any N ≥ 1, K ≥ 1.
-bool sgemv_avx512(bool trans_b, std::int64_t n, std::int64_t k, float alpha, const float* a, std::int64_t inc_a,
-                  const float* b, std::int64_t ldb, float beta, float* c);
+bool sgemv_avx512(bool trans_b, std::int64_t n, std::int64_t k, float alpha, const float* x, const float* b,
+                  std::int64_t ldb, float beta, float* c);
 
 bool sgemm_avx512(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k, float alpha, const float* a,
                 std::int64_t lda, const float* b, std::int64_t ldb, float beta, float* c, std::int64_t ldc);
