@@ -241,6 +241,91 @@ struct problem {
   }
 };
 
+// ---------------------------------------------------------------- vectors
+//
+// GCC's generic vectors of `lanes` elements, which each version of a kernel (LOOM_VECTOR_CLONES)
+// compiles to its own registers — one zmm for 16 floats on AVX-512, two ymm on AVX2 — with the
+// same bits (no contraction); the helpers are always inlined so that each version gets its own
+// copy.
+
+constexpr int lanes = 16;  // elements per vector (the small kernels: query rows per block)
+template <class T>
+struct lane_vector;
+template <>
+struct lane_vector<float> {
+  typedef float type __attribute__((vector_size(lanes * sizeof(float))));
+};
+template <>
+struct lane_vector<double> {
+  typedef double type __attribute__((vector_size(lanes * sizeof(double))));
+};
+template <class T>
+using vec = typename lane_vector<T>::type;
+
+/// x in every lane (x − 0 is x exactly, −0 included; GCC broadcasts the scalar operand).
+template <class V, class S>
+[[gnu::always_inline]] inline V splat(S x) {
+  return x - V{};
+}
+template <class T>
+[[gnu::always_inline]] inline vec<T> load(const T* p) {
+  vec<T> v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+template <class T>
+[[gnu::always_inline]] inline void store(T* p, const vec<T>& v) {
+  std::memcpy(p, &v, sizeof v);
+}
+
+/// e^x in every lane: vmath's exp_clamped with the clamp at −88 instead of vexp's −87.3 and its
+/// final select (x < −87.3 ? 0) left out — at −88 the result is exactly +0 already (also for
+/// −∞). Same bits as vexp except for x in (−87.7, −87.3), where vexp gives 0 and this e^x
+/// (below 1.2e−38). In double: std::exp per lane. (A select of GCC's generic vectors of this
+/// width after a compare came out as scalar code per lane; the clamps' selects did not.)
+template <class T>
+[[gnu::always_inline]] inline vec<T> vexp_lanes(const vec<T>& x) {
+  if constexpr (std::is_same_v<T, double>) {
+    vec<T> y;
+    for (int i = 0; i < lanes; ++i) y[i] = std::exp(x[i]);
+    return y;
+  } else {
+    using V = vec<float>;
+    const V lo = splat<V>(-88.0f), hi = splat<V>(88.3f);
+    V xc = x < lo ? lo : x;
+    xc = hi < xc ? hi : xc;
+    return exp_clamped(xc);
+  }
+}
+
+/// The index vectors of __builtin_shuffle for vec<T>: integers of T's size.
+template <class T>
+struct lane_index;
+template <>
+struct lane_index<float> {
+  using elem = std::int32_t;
+  typedef elem type __attribute__((vector_size(lanes * sizeof(elem))));
+};
+template <>
+struct lane_index<double> {
+  using elem = std::int64_t;
+  typedef elem type __attribute__((vector_size(lanes * sizeof(elem))));
+};
+
+/// The sum of v's lanes, in a fixed order: the upper half added to the lower, four times (lane
+/// 0 ends with ((v0 + v8) + (v4 + v12)) + …). Shuffles in registers: the same sums through an
+/// array were a store and reloads of its halves that waited for the store.
+template <class T>
+[[gnu::always_inline]] inline T lane_total(vec<T> v) {
+  static_assert(lanes == 16, "the shuffles below are written for 16 lanes");
+  using I = typename lane_index<T>::type;
+  v += __builtin_shuffle(v, I{8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7});
+  v += __builtin_shuffle(v, I{4, 5, 6, 7, 0, 1, 2, 3, 4, 5, 6, 7, 0, 1, 2, 3});
+  v += __builtin_shuffle(v, I{2, 3, 0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3, 0, 1});
+  v += __builtin_shuffle(v, I{1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0});
+  return v[0];
+}
+
 template <class T>
 T* scratch(std::size_t elements) {
   thread_local std::vector<T> buffer;
@@ -263,26 +348,38 @@ LOOM_VECTOR_CLONES void forward_rows(const problem<T>& pr, T* out, T* lse, std::
   const auto [klo, khi] = pr.key_span(n, r0, r1);
   for (std::int64_t j0 = klo; j0 < khi; j0 += key_block) {
     const std::int64_t j1 = std::min(khi, j0 + key_block), w = j1 - j0;
+    // s's rows are padded to whole vectors (−∞ past w, which e^ turns into +0) so that the max,
+    // the exponentials and their sum run without a scalar tail
+    const std::int64_t ws = (w + lanes - 1) / lanes * lanes;
     gemm<T>(false, true, rows, w, pr.d, static_cast<T>(pr.p->scale), pr.q.at(n, r0), pr.q.ld, pr.k.at(n, j0), pr.k.ld,
-            T(0), s, w);
+            T(0), s, ws);
     for (std::int64_t ri = 0; ri < rows; ++ri) {
-      T* row = s + ri * w;
+      T* row = s + ri * ws;
       pr.masks.apply(n, r0 + ri, j0, j1, row);
-      const T mx = lane_max(row, w);
+      std::fill(row + w, row + ws, neg_inf);
+      const T mx = lane_max(row, ws);
       if (mx == neg_inf) {  // nothing to see in this block
         std::fill(row, row + w, T(0));
         continue;
       }
       const T m_new = std::max(m[ri], mx);
       const T alpha = m[ri] == neg_inf ? T(0) : vexp(m[ri] - m_new);
-      for (std::int64_t j = 0; j < w; ++j) row[j] = vexp(row[j] - m_new);
-      l[ri] = l[ri] * alpha + lane_sum(row, w);
+      // e^(s − m) stored and summed in one pass (a second pass that loaded what this one had
+      // just stored, in halves, waited for the stores: a fifth of this kernel's time)
+      const vec<T> base = splat<vec<T>>(m_new);
+      vec<T> sum{};
+      for (std::int64_t j = 0; j < ws; j += lanes) {
+        const vec<T> e = vexp_lanes<T>(load(row + j) - base);
+        store(row + j, e);
+        sum += e;
+      }
+      l[ri] = l[ri] * alpha + lane_total<T>(sum);
       if (alpha != T(1))
         for (std::int64_t c = 0; c < dv; ++c) acc[ri * dv + c] *= alpha;
       m[ri] = m_new;
       if (pr.drop) pr.apply_dropout(n, r0 + ri, j0, w, row);  // the normaliser l keeps every key
     }
-    gemm<T>(false, false, rows, dv, w, T(1), s, w, pr.v.at(n, j0), pr.v.ld, T(1), acc, dv);
+    gemm<T>(false, false, rows, dv, w, T(1), s, ws, pr.v.at(n, j0), pr.v.ld, T(1), acc, dv);
   }
   for (std::int64_t ri = 0; ri < rows; ++ri) {
     T* o = out + (pr.o.at(n, r0 + ri) - pr.o.base);
@@ -358,66 +455,13 @@ LOOM_VECTOR_CLONES void backward_entry(const problem<T>& pr, const operand<const
 // `lanes` query rows are one vector: the scores and weights are kept transposed, st[j · lanes
 // + i] for key j and row i, so the masks, the max, the exponentials and the sums run down the
 // keys with the whole block of rows in each vector operation; the products keep their sums in
-// vectors of `lanes` columns. The vectors are GCC's generic vectors, which each version of the
-// kernels (LOOM_VECTOR_CLONES) compiles to its own registers — one zmm for 16 floats on
-// AVX-512, two ymm on AVX2 — with the same bits (no contraction); the helpers are always
-// inlined so that each version gets its own copy. All keys are one block, so no online
+// vectors of `lanes` columns (the vectors section above). All keys are one block, so no online
 // rescaling is needed: p = e^(s − max) / l directly. Same math and saved lse as above.
 
-constexpr int lanes = 16;                // query rows per block, columns per vector of a product
 // At most this many keys. Measured [AMD EPYC Zen 4]: faster than the blocked kernels with 16
 // and 32 keys (heads of 16); with 64 keys and heads of 32 (the small model) the training step
 // was 1–2% slower at 1 thread, so those stay with the blocked kernels and their GEMMs.
 constexpr std::int64_t small_keys = 32;
-
-template <class T>
-struct lane_vector;
-template <>
-struct lane_vector<float> {
-  typedef float type __attribute__((vector_size(lanes * sizeof(float))));
-};
-template <>
-struct lane_vector<double> {
-  typedef double type __attribute__((vector_size(lanes * sizeof(double))));
-};
-template <class T>
-using vec = typename lane_vector<T>::type;
-
-/// x in every lane (x − 0 is x exactly, −0 included; GCC broadcasts the scalar operand).
-template <class V, class S>
-[[gnu::always_inline]] inline V splat(S x) {
-  return x - V{};
-}
-template <class T>
-[[gnu::always_inline]] inline vec<T> load(const T* p) {
-  vec<T> v;
-  std::memcpy(&v, p, sizeof v);
-  return v;
-}
-template <class T>
-[[gnu::always_inline]] inline void store(T* p, const vec<T>& v) {
-  std::memcpy(p, &v, sizeof v);
-}
-
-/// e^x in every lane: vmath's exp_clamped with the clamp at −88 instead of vexp's −87.3 and its
-/// final select (x < −87.3 ? 0) left out — at −88 the result is exactly +0 already (also for
-/// −∞). Same bits as vexp except for x in (−87.7, −87.3), where vexp gives 0 and this e^x
-/// (below 1.2e−38). In double: std::exp per lane. (A select of GCC's generic vectors of this
-/// width after a compare came out as scalar code per lane; the clamps' selects did not.)
-template <class T>
-[[gnu::always_inline]] inline vec<T> vexp_lanes(const vec<T>& x) {
-  if constexpr (std::is_same_v<T, double>) {
-    vec<T> y;
-    for (int i = 0; i < lanes; ++i) y[i] = std::exp(x[i]);
-    return y;
-  } else {
-    using V = vec<float>;
-    const V lo = splat<V>(-88.0f), hi = splat<V>(88.3f);
-    V xc = x < lo ? lo : x;
-    xc = hi < xc ? hi : xc;
-    return exp_clamped(xc);
-  }
-}
 
 /// Whether the small-block kernels take this problem: every key in one block, more than one
 /// query row (decoding's one row keeps the path above), no dropout.
@@ -439,20 +483,6 @@ template <class P>
     for (std::int64_t c = 0; c < x.cols; c += line) __builtin_prefetch(row + c);
   }
 }
-
-/// The index vectors of __builtin_shuffle for vec<T>: integers of T's size.
-template <class T>
-struct lane_index;
-template <>
-struct lane_index<float> {
-  using elem = std::int32_t;
-  typedef elem type __attribute__((vector_size(lanes * sizeof(elem))));
-};
-template <>
-struct lane_index<double> {
-  using elem = std::int64_t;
-  typedef elem type __attribute__((vector_size(lanes * sizeof(elem))));
-};
 
 /// One stage of a 16 × 16 transpose in registers: rows i and i + B (bit B of i clear) swap the
 /// elements whose column has bit B set in one and clear in the other — (i, e) ↔ (i ^ B, e ^ B)

@@ -2,9 +2,13 @@
 // and backward against central finite differences (gradcheck, double) for each shape case.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <limits>
+#include <vector>
 
+#include "../ops/vmath.hpp"
 #include "loom/loom.hpp"
 #include "test_support.hpp"
 
@@ -143,6 +147,32 @@ TEST_CASE("sum adds every element and passes gradcheck") {
 }
 
 // ---------------------------------------------------------------- softmax
+
+// lane_max (ops/vmath.hpp) is the max of softmax, cross-entropy and fused attention rows: two
+// vectors of 32 bytes in flight, then a scalar tail. Every length from 1 to 70 (whole pairs of
+// vectors, one vector more, tails of every size), the largest element at every position.
+TEMPLATE_TEST_CASE("lane_max finds the largest element at any position and length; −∞ stays, NaN is skipped", "",
+                   float, double) {
+  using T = TestType;
+  const T inf = std::numeric_limits<T>::infinity();
+  for (std::int64_t n = 1; n <= 70; ++n) {
+    std::vector<T> x(static_cast<std::size_t>(n));
+    for (std::int64_t i = 0; i < n; ++i) x[static_cast<std::size_t>(i)] = static_cast<T>(-100 + (i * 37) % 50);
+    for (std::int64_t at = 0; at < n; ++at) {
+      std::vector<T> y = x;
+      y[static_cast<std::size_t>(at)] = T(7);  // larger than every other element (all ≤ −51)
+      if (ops::lane_max(y.data(), n) != T(7)) FAIL("n = " << n << ", largest at " << at);
+    }
+    std::vector<T> masked(static_cast<std::size_t>(n), -inf);
+    CHECK(ops::lane_max(masked.data(), n) == -inf);
+    std::vector<T> nan = x;
+    nan[static_cast<std::size_t>(n / 2)] = std::numeric_limits<T>::quiet_NaN();
+    T expect = -inf;
+    for (std::int64_t i = 0; i < n; ++i)
+      if (i != n / 2) expect = std::max(expect, x[static_cast<std::size_t>(i)]);
+    CHECK(ops::lane_max(nan.data(), n) == expect);
+  }
+}
 
 TEST_CASE("softmax of scores at ±1e4 does not overflow") {
   auto x = input<"x", shape<fix<2>, fix<3>>>();
