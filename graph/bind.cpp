@@ -118,8 +118,8 @@ std::vector<std::int64_t> bind_symbols(const plan_view& plan, const std::vector<
 
 // 3. The dims of every node (and its bound dim attributes), and every parameter present in
 // the store with those dims.
-template <class T>
-void node_dims(const plan_view& plan, const param_store<T>& params, const std::vector<std::int64_t>& s,
+template <class T, class Entry>
+void node_dims(const plan_view& plan, Entry&& entry_of, const std::vector<std::int64_t>& s,
                std::vector<dims_t>& nd, std::vector<std::array<std::int64_t, 2>>& na) {
   const int n = plan.size();
   nd.assign(n, {});
@@ -150,11 +150,12 @@ void node_dims(const plan_view& plan, const param_store<T>& params, const std::v
   for (int i = 0; i < n; ++i) {
     if (!is_param(plan, i)) continue;
     const node_desc* d = plan.order[i];
-    if (!params.contains(d->name)) {
+    const typename param_store<T>::entry* e = entry_of(i);
+    if (!e) {
       absent += (absent.empty() ? "" : ", ") + quoted(d->name) + " " + nd[i].str();
       continue;
     }
-    const tensor<T>& v = params.value(d->name);
+    const tensor<T>& v = e->value;
     if (!(v.dims() == nd[i]))
       throw shape_error("forward: parameter " + quoted(d->name) + " must have shape " + nd[i].str() +
                         ", the store holds " + v.dims().str());
@@ -234,12 +235,11 @@ void executor<T>::impl::bind(std::span<const feed> given) {
   const std::vector<const feed*> fed = match_feeds(plan, given, std::is_same_v<T, double>);  // 1
   std::vector<const dims_t*> param_dims(static_cast<std::size_t>(n), nullptr);
   for (int i = 0; i < n; ++i)
-    if (is_param(plan, i) && params->contains(plan.order[i]->name))
-      param_dims[static_cast<std::size_t>(i)] = &params->value(plan.order[i]->name).dims();
+    if (const auto* e = param_at(i)) param_dims[static_cast<std::size_t>(i)] = &e->value.dims();
   std::vector<std::int64_t> s = bind_symbols(plan, fed, param_dims);                       // 2
   std::vector<dims_t> nd;
   std::vector<std::array<std::int64_t, 2>> na;
-  node_dims(plan, *params, s, nd, na);                                                     // 3
+  node_dims<T>(plan, [&](int i) { return param_at(i); }, s, nd, na);                                                     // 3
   run_op_checks<T>(plan, kernels, nd, na);                                                 // 4
   std::vector<std::int64_t> stride;
   std::vector<std::uint8_t> copy;
@@ -283,10 +283,8 @@ bool executor<T>::impl::same_binding(std::span<const feed> given) const {
   }
   for (int i = 0; i < n; ++i) {
     if (!is_param(plan, i)) continue;
-    const node_desc* d = plan.order[i];
-    if (!params->contains(d->name)) return false;
-    const tensor<T>& v = params->value(d->name);
-    if (v.data() != val[i] || params->grad(d->name).data() != grad[i] || !(v.dims() == dims[i])) return false;
+    const auto* e = param_at(i);
+    if (!e || e->value.data() != val[i] || e->grad.data() != grad[i] || !(e->value.dims() == dims[i])) return false;
   }
   return true;
 }

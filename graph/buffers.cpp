@@ -82,8 +82,9 @@ void executor<T>::impl::place_buffers() {
   for (int i = 0; i < n; ++i) {
     const node_desc* d = plan.order[i];
     if (d->op->role == node_role::param) {
-      val[i] = params->value(d->name).data();
-      grad[i] = params->grad(d->name).data();
+      auto* e = param_at(i);  // present: bind checked
+      val[i] = e->value.data();
+      grad[i] = e->grad.data();
     } else if (d->op->role == node_role::input) {
       // a strided feed some consumer cannot read is copied to the arena by forward()
       val[i] = materialize[i] ? mem_ptr + off_val[i] : feeds[static_cast<std::size_t>(node_feed[i])].data();

@@ -33,6 +33,7 @@ void executor<T>::impl::adopt_plan() {
   rewritten = detail::rewrite(original, keep_original, opts.fuse && !opts.keep_all);
   plan = rewritten->view;
   n = plan.size();
+  param_version = 0;  // the parameters' nodes are found again in the new plan
   leaf.assign(n, 0);
   needs_grad.assign(n, 0);
   kernels.assign(n, {});
@@ -114,8 +115,8 @@ void executor<T>::impl::check_params_unmoved() const {
   for (int i = 0; i < n; ++i) {
     const node_desc* d = plan.order[i];
     if (d->op->role != node_role::param) continue;
-    const bool same = params->contains(d->name) && params->value(d->name).data() == val[i] &&
-                      params->grad(d->name).data() == grad[i] && params->value(d->name).dims() == dims[i];
+    const auto* e = param_at(i);
+    const bool same = e && e->value.data() == val[i] && e->grad.data() == grad[i] && e->value.dims() == dims[i];
     if (!same)
       throw error("backward: parameter " + quoted(d->name) +
                   " was replaced in the store after forward() (its memory moved); call forward() again first");

@@ -35,6 +35,20 @@ struct executor<T>::impl {
   plan_view original;                     // the graph as written
   param_store<T>* params;
   exec_options opts;
+  // per node, a parameter's entry in the store (null for other nodes and absent names), looked
+  // up by name again only when the store's layout_version() changes: the name lookups of every
+  // call (several per parameter) were about 2% of a decoding step
+  mutable std::vector<typename param_store<T>::entry*> param_entry;
+  mutable std::uint64_t param_version = 0;  // the store's version they were found at (0: never)
+  typename param_store<T>::entry* param_at(int i) const {
+    if (param_version != params->layout_version()) {
+      param_entry.assign(static_cast<std::size_t>(n), nullptr);
+      for (int k = 0; k < n; ++k)
+        if (plan.order[k]->op->role == node_role::param) param_entry[static_cast<std::size_t>(k)] = params->find(plan.order[k]->name);
+      param_version = params->layout_version();
+    }
+    return param_entry[static_cast<std::size_t>(i)];
+  }
   std::unique_ptr<tbb::task_arena> arena;
   std::unordered_map<const node_desc*, int> index;  // original nodes by descriptor
   std::vector<std::uint8_t> keep_original;          // keep(): per original node

@@ -150,6 +150,48 @@ TEST_CASE("replacing a parameter between forward() and backward() is refused, no
   CHECK(params.grad("lin.weight")[5] == 30.0f);
 }
 
+// The executor keeps the store entries it found by name (param_store::find) until the store's
+// layout_version() changes. A store assigned as a whole (a checkpoint loaded into it: copy or
+// move) frees or reuses every entry, and a name added later must be found: each forward after
+// such a change must read the new store, never the old entries.
+TEST_CASE("a parameter store assigned as a whole, or given a missing parameter, is read afresh by the next forward") {
+  auto x = input<"x", shape<dyn<"T">, fix<3>>>();
+  auto g = make_graph(sum(nn::linear<"lin", 2>(x)));
+  tensor<float> xs({4, 3}, {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12});
+  auto sum_with = [&](float w, float b) {  // Σ_t Σ_o (x[t] · W[o] + b[o]) with every weight w: 2 · (78 w + 4 b)
+    param_store<float> p;
+    p.set("lin.weight", tensor<float>({2, 3}, {w, w, w, w, w, w}));
+    p.set("lin.bias", tensor<float>({2}, {b, b}));
+    return p;
+  };
+  auto params = sum_with(1, 0);
+  auto run = g.executor<float>(params);
+  run.forward({{"x", xs}});
+  CHECK(run.output()[0] == 156.0f);
+  SECTION("copy-assigned") {
+    const auto other = sum_with(2, 1);
+    params = other;
+    run.forward({{"x", xs}});
+    CHECK(run.output()[0] == 320.0f);
+  }
+  SECTION("move-assigned (the old entries are freed)") {
+    params = sum_with(0.5f, 2);
+    run.forward({{"x", xs}});
+    CHECK(run.output()[0] == 94.0f);
+    run.backward();
+    CHECK(params.grad("lin.weight")[0] == 22.0f);
+  }
+  SECTION("moved from, then given its parameters again") {
+    auto taken = std::move(params);
+    CHECK_THAT(message_of([&] { run.forward({{"x", xs}}); }), Catch::Contains("missing from the store"));
+    params.set("lin.weight", tensor<float>({2, 3}, {1, 1, 1, 1, 1, 1}));
+    CHECK_THAT(message_of([&] { run.forward({{"x", xs}}); }), Catch::Contains("\"lin.bias\""));
+    params.set("lin.bias", tensor<float>({2}, {3, 3}));  // a name added: found by the next forward
+    run.forward({{"x", xs}});
+    CHECK(run.output()[0] == 180.0f);
+  }
+}
+
 TEST_CASE("one executor called from two threads at once refuses the second call instead of racing") {
   auto x = input<"x", shape<dyn<"T">, fix<64>>>();
   auto g = make_graph(sum(softmax(matmul<false, true>(x, x))));
