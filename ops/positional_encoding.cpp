@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -15,6 +16,32 @@
 #include "parallel.hpp"
 
 namespace loom::ops {
+namespace {
+
+/// Rows PE[p] for p < pe_cached_positions, made on first use in blocks of 64 rows that are never
+/// moved or changed once made: a pointer to a row stays valid while this thread runs other
+/// kernels (TBB may start one here while it waits), even if they add blocks.
+constexpr std::int64_t pe_block = 64, pe_cached_positions = 4096;
+template <class T>
+struct pe_table {
+  std::vector<std::unique_ptr<T[]>> blocks;
+  /// PE[p] (d values), or null for p beyond the table.
+  template <class Value>
+  const T* row(std::int64_t p, std::int64_t d, const Value& pe_value) {
+    if (p >= pe_cached_positions || d == 0) return nullptr;
+    const auto b = static_cast<std::size_t>(p / pe_block);
+    if (blocks.size() <= b) blocks.resize(b + 1);
+    if (!blocks[b]) {
+      auto block = std::make_unique<T[]>(static_cast<std::size_t>(pe_block * d));
+      for (std::int64_t i = 0; i < pe_block; ++i)
+        for (std::int64_t j = 0; j < d; ++j) block[static_cast<std::size_t>(i * d + j)] = pe_value(static_cast<std::int64_t>(b) * pe_block + i, j);
+      blocks[b] = std::move(block);
+    }
+    return blocks[b].get() + (p % pe_block) * d;
+  }
+};
+
+}  // namespace
 
 template <class T>
 void positional_encoding_kernel<T>::forward(const op_args<T>& a) {
@@ -48,9 +75,20 @@ void positional_encoding_kernel<T>::forward(const op_args<T>& a) {
   const T* x = a.input(0);
   T* y = a.out;
   if (given) {  // one row of PE per row of x (decoding: a few rows at high positions)
+    // rows of PE below pe_cached_positions come from this thread's table (decoding asks for the
+    // same positions again and again: D calls of sin or cos per token were ~2% of a step);
+    // found here, on the calling thread, before the rows run in parallel
+    std::vector<const T*> cached(static_cast<std::size_t>(rows));
+    thread_local std::map<std::int64_t, pe_table<T>> tables;
+    pe_table<T>& table = tables[d];
+    for (std::int64_t r = 0; r < rows; ++r) cached[static_cast<std::size_t>(r)] = table.row(pos[r], d, pe_value);
     for_chunks(rows, grain_for(16 * d), [&](std::int64_t r0, std::int64_t r1) {
-      for (std::int64_t r = r0; r < r1; ++r)
-        for (std::int64_t j = 0; j < d; ++j) y[r * d + j] = x[r * d + j] + pe_value(pos[r], j);
+      for (std::int64_t r = r0; r < r1; ++r) {
+        if (const T* pe = cached[static_cast<std::size_t>(r)])
+          for (std::int64_t j = 0; j < d; ++j) y[r * d + j] = x[r * d + j] + pe[j];
+        else
+          for (std::int64_t j = 0; j < d; ++j) y[r * d + j] = x[r * d + j] + pe_value(pos[r], j);
+      }
     });
     return;
   }

@@ -165,6 +165,36 @@ TEMPLATE_TEST_CASE("positional encoding adds sin/cos of pos / 10000^(2i/D) at th
                tolerance<TestType>);
 }
 
+// Given positions below 4096 read a per-thread table made in blocks of 64 rows
+// (ops/positional_encoding.cpp); above it, the values are computed directly. Both must equal the
+// formula: positions at block edges, a repeat (read back from the table), and beyond the table.
+TEMPLATE_TEST_CASE("positional encoding at given positions equals the formula at block edges and beyond the table", "",
+                   float, double) {
+  using T = TestType;
+  constexpr long D = 6;
+  auto x = input<"x", shape<dyn<"B">, dyn<"T">, fix<D>>>();
+  auto pos = input<"pos", shape<dyn<"B">, dyn<"T">>, int>();
+  auto g = make_graph(add_positional_encoding(x, pos));
+  param_store<T> p;
+  auto run = g.executor<T>(p);
+  const std::vector<std::int32_t> at{0, 63, 64, 65, 127, 128, 4095, 4096, 5000, 63, 2000000000};
+  const auto n = static_cast<std::int64_t>(at.size());
+  tensor<T> xs(dims_t{1, n, D});
+  for (std::int64_t i = 0; i < xs.size(); ++i) xs[i] = static_cast<T>(i % 7) - 3;
+  for (int round = 0; round < 2; ++round) {  // the second forward reads every cached row back
+    run.forward({{"x", xs}, {"pos", tokens_t({1, n}, at)}});
+    auto y = run.output();
+    for (std::int64_t t = 0; t < n; ++t)
+      for (long j = 0; j < D; ++j) {
+        const double angle = at[static_cast<std::size_t>(t)] / std::pow(10000.0, static_cast<double>(j - j % 2) / D);
+        const double pe = j % 2 == 0 ? std::sin(angle) : std::cos(angle);
+        const T expect = xs[t * D + j] + static_cast<T>(pe);
+        INFO("position " << at[static_cast<std::size_t>(t)] << ", column " << j << ", round " << round);
+        CHECK(std::abs(y.data[t * D + j] - expect) <= tolerance<T>);
+      }
+  }
+}
+
 TEST_CASE("without positions, step t of every sequence gets the encoding of position t, also for an odd D") {
   auto x = input<"x", shape<dyn<"B">, dyn<"T">, fix<5>>>();
   auto g = make_graph(add_positional_encoding(x));
