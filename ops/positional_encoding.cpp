@@ -3,6 +3,7 @@
 //             PE[pos, 2i] = sin(pos / 10000^(2i/D)), PE[pos, 2i+1] = cos(...), in double.
 //   backward: dx += dy.
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <map>
 #include <memory>
@@ -16,32 +17,52 @@
 #include "parallel.hpp"
 
 namespace loom::ops {
-namespace {
+namespace positional_rows {  // named, not anonymous: the kernel's lambda captures this type
 
-/// Rows PE[p] for p < pe_cached_positions, made on first use in blocks of 64 rows that are never
-/// moved or changed once made: a pointer to a row stays valid while this thread runs other
-/// kernels (TBB may start one here while it waits), even if they add blocks.
-constexpr std::int64_t pe_block = 64, pe_cached_positions = 4096;
+/// PE for one width D, kept per thread (one per D): the timescales 10000^(2i/D) of its columns
+/// (D calls of pow cost more than a decoding step's row), and the rows PE[p] for p < 4096, made
+/// on first use in blocks of 64 rows (decoding asks for the same positions token after token,
+/// training for 0..T−1 step after step: D calls of sin or cos per row were ~2% of a decoding
+/// step). Nothing is moved or changed once made — the blocks sit in a fixed array — so rows
+/// made before a parallel loop can be read by other threads while this one runs another
+/// kernel (TBB may start one here while it waits) that makes further blocks.
 template <class T>
-struct pe_table {
-  std::vector<std::unique_ptr<T[]>> blocks;
-  /// PE[p] (d values), or null for p beyond the table.
-  template <class Value>
-  const T* row(std::int64_t p, std::int64_t d, const Value& pe_value) {
-    if (p >= pe_cached_positions || d == 0) return nullptr;
-    const auto b = static_cast<std::size_t>(p / pe_block);
-    if (blocks.size() <= b) blocks.resize(b + 1);
-    if (!blocks[b]) {
-      auto block = std::make_unique<T[]>(static_cast<std::size_t>(pe_block * d));
-      for (std::int64_t i = 0; i < pe_block; ++i)
-        for (std::int64_t j = 0; j < d; ++j) block[static_cast<std::size_t>(i * d + j)] = pe_value(static_cast<std::int64_t>(b) * pe_block + i, j);
-      blocks[b] = std::move(block);
-    }
-    return blocks[b].get() + (p % pe_block) * d;
+struct pe_rows {
+  static constexpr std::int64_t block = 64, blocks = 64, cached = block * blocks;  // positions in the table
+  std::int64_t d;
+  std::vector<double> timescale;
+  std::array<std::unique_ptr<T[]>, blocks> made{};
+
+  explicit pe_rows(std::int64_t width) : d(width), timescale(static_cast<std::size_t>(width)) {
+    for (std::int64_t j = 0; j < d; ++j)
+      timescale[static_cast<std::size_t>(j)] =
+          j % 2 ? timescale[static_cast<std::size_t>(j - 1)] : std::pow(10000.0, static_cast<double>(j) / static_cast<double>(d));
+  }
+  /// PE[p, j] = sin(p / 10000^(2i/D)) for j = 2i, cos for j = 2i + 1, computed in double.
+  T value(std::int64_t p, std::int64_t j) const {
+    const double angle = static_cast<double>(p) / timescale[static_cast<std::size_t>(j)];
+    return static_cast<T>(j % 2 == 0 ? std::sin(angle) : std::cos(angle));
+  }
+  /// Makes the block of row p if it is in the table and not made yet (the calling thread only).
+  void make(std::int64_t p) {
+    if (p >= cached) return;
+    auto& blk = made[static_cast<std::size_t>(p / block)];
+    if (blk) return;
+    auto rows = std::make_unique<T[]>(static_cast<std::size_t>(block * d));
+    const std::int64_t first = p / block * block;
+    for (std::int64_t i = 0; i < block; ++i)
+      for (std::int64_t j = 0; j < d; ++j) rows[static_cast<std::size_t>(i * d + j)] = value(first + i, j);
+    blk = std::move(rows);
+  }
+  /// Row p, made by make(p) before; null beyond the table.
+  const T* row(std::int64_t p) const {
+    return p < cached ? made[static_cast<std::size_t>(p / block)].get() + (p % block) * d : nullptr;
   }
 };
 
-}  // namespace
+}  // namespace positional_rows
+
+using positional_rows::pe_rows;
 
 template <class T>
 void positional_encoding_kernel<T>::forward(const op_args<T>& a) {
@@ -54,54 +75,24 @@ void positional_encoding_kernel<T>::forward(const op_args<T>& a) {
       if (pos[r] < 0)
         throw value_error("add_positional_encoding: positions" + index_text(r, a.in_dims[1]) + " = " +
                           std::to_string(pos[r]) + " is negative (positions count from 0)");
-  // 10000^(2i/D) for column j = 2i or 2i + 1, one table per D kept per thread (decoding runs
-  // this for one row per token, where D calls of pow cost more than the row itself). Tables
-  // are never changed once made: a kernel this thread runs while it waits (TBB may start
-  // another node here) cannot move the one in use.
-  thread_local std::map<std::int64_t, std::vector<double>> timescales;
-  std::vector<double>& timescale = timescales[d];
-  if (static_cast<std::int64_t>(timescale.size()) != d) {
-    timescale.resize(static_cast<std::size_t>(d));
-    for (std::int64_t j = 0; j < d; ++j)
-      timescale[static_cast<std::size_t>(j)] =
-          j % 2 ? timescale[static_cast<std::size_t>(j - 1)]
-                : std::pow(10000.0, static_cast<double>(j) / static_cast<double>(d));
-  }
-  const double* scale_of = timescale.data();  // this thread's table: the lambda runs on others
-  auto pe_value = [&](std::int64_t p, std::int64_t j) {
-    const double angle = static_cast<double>(p) / scale_of[j];
-    return static_cast<T>(j % 2 == 0 ? std::sin(angle) : std::cos(angle));
-  };
+  if (rows == 0) return;
+  // row r's position: the given one (decoding: a few rows at high positions), or its step t
+  auto position = [&](std::int64_t r) -> std::int64_t { return given ? pos[r] : r % t; };
+  thread_local std::map<std::int64_t, pe_rows<T>> widths;
+  pe_rows<T>& pe = widths.try_emplace(d, d).first->second;
+  if (given)
+    for (std::int64_t r = 0; r < rows; ++r) pe.make(pos[r]);
+  else
+    for (std::int64_t p = 0; p < t; p += pe_rows<T>::block) pe.make(p);
   const T* x = a.input(0);
   T* y = a.out;
-  if (given) {  // one row of PE per row of x (decoding: a few rows at high positions)
-    // rows of PE below pe_cached_positions come from this thread's table (decoding asks for the
-    // same positions again and again: D calls of sin or cos per token were ~2% of a step);
-    // found here, on the calling thread, before the rows run in parallel
-    std::vector<const T*> cached(static_cast<std::size_t>(rows));
-    thread_local std::map<std::int64_t, pe_table<T>> tables;
-    pe_table<T>& table = tables[d];
-    for (std::int64_t r = 0; r < rows; ++r) cached[static_cast<std::size_t>(r)] = table.row(pos[r], d, pe_value);
-    for_chunks(rows, grain_for(16 * d), [&](std::int64_t r0, std::int64_t r1) {
-      for (std::int64_t r = r0; r < r1; ++r) {
-        if (const T* pe = cached[static_cast<std::size_t>(r)])
-          for (std::int64_t j = 0; j < d; ++j) y[r * d + j] = x[r * d + j] + pe[j];
-        else
-          for (std::int64_t j = 0; j < d; ++j) y[r * d + j] = x[r * d + j] + pe_value(pos[r], j);
-      }
-    });
-    return;
-  }
-  // positions 0..T−1 in every sequence: the table PE[0 .. T−1] once, shared by the batch
-  std::vector<T> table(static_cast<std::size_t>(t * d));
-  for_chunks(t, grain_for(16 * d), [&](std::int64_t p0, std::int64_t p1) {
-    for (std::int64_t p = p0; p < p1; ++p)
-      for (std::int64_t j = 0; j < d; ++j) table[static_cast<std::size_t>(p * d + j)] = pe_value(p, j);
-  });
   for_chunks(rows, grain_for(d), [&](std::int64_t r0, std::int64_t r1) {
     for (std::int64_t r = r0; r < r1; ++r) {
-      const T* pe = table.data() + (r % t) * d;
-      for (std::int64_t j = 0; j < d; ++j) y[r * d + j] = x[r * d + j] + pe[j];
+      const std::int64_t p = position(r);
+      if (const T* row = pe.row(p))
+        for (std::int64_t j = 0; j < d; ++j) y[r * d + j] = x[r * d + j] + row[j];
+      else  // beyond the table (positions from 4096: computed per row, for each sequence)
+        for (std::int64_t j = 0; j < d; ++j) y[r * d + j] = x[r * d + j] + pe.value(p, j);
     }
   });
 }

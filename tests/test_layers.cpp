@@ -195,6 +195,26 @@ TEMPLATE_TEST_CASE("positional encoding at given positions equals the formula at
   }
 }
 
+// Without positions, steps 0..T−1 read the same per-thread table (and past 4096 are computed).
+TEST_CASE("positional encoding without positions equals the formula at block edges and beyond the table") {
+  constexpr long D = 2;
+  auto x = input<"x", shape<dyn<"B">, dyn<"T">, fix<D>>>();
+  auto g = make_graph(add_positional_encoding(x));
+  param_store<float> p;
+  auto run = g.executor<float>(p);
+  constexpr std::int64_t T = 4100;
+  for (int round = 0; round < 2; ++round) {
+    run.forward({{"x", tensor<float>(dims_t{2, T, D})}});  // zeros: the output is PE
+    auto y = run.output();
+    for (std::int64_t b : {0, 1})
+      for (std::int64_t t : {0, 1, 63, 64, 65, 4095, 4096, 4099}) {
+        INFO("sequence " << b << ", step " << t << ", round " << round);
+        CHECK(std::abs(y.data[(b * T + t) * D] - static_cast<float>(std::sin(static_cast<double>(t)))) <= tolerance<float>);
+        CHECK(std::abs(y.data[(b * T + t) * D + 1] - static_cast<float>(std::cos(static_cast<double>(t)))) <= tolerance<float>);
+      }
+  }
+}
+
 TEST_CASE("without positions, step t of every sequence gets the encoding of position t, also for an odd D") {
   auto x = input<"x", shape<dyn<"B">, dyn<"T">, fix<5>>>();
   auto g = make_graph(add_positional_encoding(x));
