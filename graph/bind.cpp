@@ -117,10 +117,11 @@ std::vector<std::int64_t> bind_symbols(const plan_view& plan, const std::vector<
 }
 
 // 3. The dims of every node (and its bound dim attributes), and every parameter present in
-// the store with those dims.
-template <class T, class Entry>
-void node_dims(const plan_view& plan, Entry&& entry_of, const std::vector<std::int64_t>& s,
-               std::vector<dims_t>& nd, std::vector<std::array<std::int64_t, 2>>& na) {
+// the store (its entry per node, null when absent) with those dims.
+template <class T>
+void node_dims(const plan_view& plan, const std::vector<typename param_store<T>::entry*>& entries,
+               const std::vector<std::int64_t>& s, std::vector<dims_t>& nd,
+               std::vector<std::array<std::int64_t, 2>>& na) {
   const int n = plan.size();
   nd.assign(n, {});
   na.assign(n, {});
@@ -150,7 +151,7 @@ void node_dims(const plan_view& plan, Entry&& entry_of, const std::vector<std::i
   for (int i = 0; i < n; ++i) {
     if (!is_param(plan, i)) continue;
     const node_desc* d = plan.order[i];
-    const typename param_store<T>::entry* e = entry_of(i);
+    const typename param_store<T>::entry* e = entries[static_cast<std::size_t>(i)];
     if (!e) {
       absent += (absent.empty() ? "" : ", ") + quoted(d->name) + " " + nd[i].str();
       continue;
@@ -239,7 +240,7 @@ void executor<T>::impl::bind(std::span<const feed> given) {
   std::vector<std::int64_t> s = bind_symbols(plan, fed, param_dims);                       // 2
   std::vector<dims_t> nd;
   std::vector<std::array<std::int64_t, 2>> na;
-  node_dims<T>(plan, [&](int i) { return param_at(i); }, s, nd, na);                                                     // 3
+  node_dims<T>(plan, param_entries(), s, nd, na);                                          // 3
   run_op_checks<T>(plan, kernels, nd, na);                                                 // 4
   std::vector<std::int64_t> stride;
   std::vector<std::uint8_t> copy;

@@ -40,15 +40,16 @@ struct executor<T>::impl {
   // call (several per parameter) were about 2% of a decoding step
   mutable std::vector<typename param_store<T>::entry*> param_entry;
   mutable std::uint64_t param_version = 0;  // the store's version they were found at (0: never)
-  typename param_store<T>::entry* param_at(int i) const {
+  const std::vector<typename param_store<T>::entry*>& param_entries() const {
     if (param_version != params->layout_version()) {
       param_entry.assign(static_cast<std::size_t>(n), nullptr);
       for (int k = 0; k < n; ++k)
         if (plan.order[k]->op->role == node_role::param) param_entry[static_cast<std::size_t>(k)] = params->find(plan.order[k]->name);
       param_version = params->layout_version();
     }
-    return param_entry[static_cast<std::size_t>(i)];
+    return param_entry;
   }
+  typename param_store<T>::entry* param_at(int i) const { return param_entries()[static_cast<std::size_t>(i)]; }
   std::unique_ptr<tbb::task_arena> arena;
   std::unordered_map<const node_desc*, int> index;  // original nodes by descriptor
   std::vector<std::uint8_t> keep_original;          // keep(): per original node
