@@ -244,9 +244,9 @@ struct problem {
 // ---------------------------------------------------------------- vectors
 //
 // GCC's generic vectors of `lanes` elements, which each version of a kernel (LOOM_VECTOR_CLONES)
-// compiles to its own registers — one zmm for 16 floats on AVX-512, two ymm on AVX2 — with the
-// same bits (no contraction); the helpers are always inlined so that each version gets its own
-// copy.
+// compiles to its own registers — one zmm for 16 floats on AVX-512, two ymm on AVX2 (a·b + c
+// contracted to an FMA in both); the helpers are always inlined so that each version gets its
+// own copy.
 
 constexpr int lanes = 16;  // elements per vector (the small kernels: query rows per block)
 template <class T>
