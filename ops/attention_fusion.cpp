@@ -21,26 +21,6 @@
 namespace loom::ops {
 namespace {
 
-bool same_dim(const plan_dim& a, const plan_dim& b) {
-  if (a.constant != b.constant || a.n_syms != b.n_syms) return false;
-  for (int s = 0; s < a.n_syms; ++s)
-    if (a.sym[s] != b.sym[s]) return false;
-  return true;
-}
-
-bool same_dims(const plan_view& p, int a, int b) {
-  if (p.order[a]->rank != p.order[b]->rank) return false;
-  for (int k = 0; k < p.order[a]->rank; ++k)
-    if (!same_dim(p.dims[a][k], p.dims[b][k])) return false;
-  return true;
-}
-
-// Node x is consumed by `by` only, and the rewrite lets us absorb it.
-bool only_for(const plan_view& p, std::span<const std::uint8_t> absorbable, int x, int by) {
-  auto cons = p.consumers(x);
-  return absorbable[x] && cons.size() == 1 && cons[0] == by;
-}
-
 // Reshape node x as a split of one axis of its input into two (the second fixed): the axis, or −1.
 int split_axis(const plan_view& p, int x) {
   const int in = p.inputs(x)[0];

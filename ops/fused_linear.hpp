@@ -6,7 +6,11 @@
 //            in cache (an epilogue: no separate pass over memory for each)
 //   backward: dz = dy ⊙ act'(z) (relu: from y; gelu: from z, saved by forward),
 //             db (+)= Σ_rows dz,  dx (+)= dz w,  dw (+)= dzᵀ x
-// Three entries, one per activation, so that each declares exactly what its backward reads.
+// With a residual (a Transformer sublayer's  r + linear(h),  either order; no activation):
+//   x, w, b, r [.., N] -> y = (x wᵀ + b) + r   (the same bits as the two adds: a + b = b + a)
+//   backward: as above with dz = dy, and dr (+)= dy (after the others: r may be x or w)
+// Four entries, one per activation and the residual, so that each declares exactly what its
+// backward reads (the residual's value: never).
 #pragma once
 
 #include "kernel.hpp"
@@ -16,6 +20,7 @@ namespace loom::ops {
 /// What the rewrite found: the activation after the bias.
 struct linear_params {
   enum act_t : std::uint8_t { none, relu, gelu } act = none;
+  bool residual = false;  // input 3 is added to the output (act is none)
 };
 
 template <class T>
@@ -62,5 +67,16 @@ inline constexpr op_entry linear_gelu_entry{
     .fused = true,
 };
 LOOM_REGISTER_OP(linear_gelu_entry);
+
+inline constexpr op_entry linear_residual_entry{
+    .name = "linear_residual",
+    .id = 29,
+    .f32 = kernels_of<linear_kernel, float>(),
+    .f64 = kernels_of<linear_kernel, double>(),
+    .writes_fresh = true,
+    .backward_reads = reads({0, 1}),
+    .fused = true,
+};
+LOOM_REGISTER_OP(linear_residual_entry);
 
 }  // namespace loom::ops

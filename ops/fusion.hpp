@@ -33,4 +33,26 @@ using fusion_rule = std::optional<fusion> (*)(const plan_view& plan, int root, s
 /// Every rule, in the order they are tried on each node (ops/fusions.cpp).
 std::span<const fusion_rule> fusion_rules();
 
+/// Node x is read by node `by` only (once), and the rewrite lets a rule absorb it.
+inline bool only_for(const plan_view& p, std::span<const std::uint8_t> absorbable, int x, int by) {
+  auto cons = p.consumers(x);
+  return absorbable[x] && cons.size() == 1 && cons[0] == by;
+}
+
+/// Two dims of the plan are the same expression (constant and symbols).
+inline bool same_dim(const plan_dim& a, const plan_dim& b) {
+  if (a.constant != b.constant || a.n_syms != b.n_syms) return false;
+  for (int s = 0; s < a.n_syms; ++s)
+    if (a.sym[s] != b.sym[s]) return false;
+  return true;
+}
+
+/// Nodes a and b have the same shape (rank and every dim).
+inline bool same_dims(const plan_view& p, int a, int b) {
+  if (p.order[a]->rank != p.order[b]->rank) return false;
+  for (int k = 0; k < p.order[a]->rank; ++k)
+    if (!same_dim(p.dims[a][k], p.dims[b][k])) return false;
+  return true;
+}
+
 }  // namespace loom::ops

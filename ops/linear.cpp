@@ -24,17 +24,23 @@ T gelu_slope(T z) {  // Φ(z) + z φ(z)
   return cdf + z * pdf;
 }
 
-// Rows [r0, r1) of y (n columns, the product x·wᵀ): y = act(y + b); with gelu, z = y + b is
-// kept in z_saved for backward. Compiled per vector width (a plain loop here was the baseline
-// ISA's, 4 floats per instruction).
+// Rows [r0, r1) of y (n columns, the product x·wᵀ): y = act(y + b), or (y + b) + res when a
+// residual is given (act none); with gelu, z = y + b is kept in z_saved for backward. Compiled
+// per vector width (a plain loop here was the baseline ISA's, 4 floats per instruction).
 template <class T>
 LOOM_VECTOR_CLONES void epilogue(linear_params::act_t act, T* __restrict y, T* __restrict z_saved,
-                                 const T* __restrict b, std::int64_t r0, std::int64_t r1, std::int64_t n) {
+                                 const T* __restrict b, const T* __restrict res, std::int64_t r0, std::int64_t r1,
+                                 std::int64_t n) {
   for (std::int64_t r = r0; r < r1; ++r) {
     T* yr = y + r * n;
     switch (act) {
       case linear_params::none:
-        for (std::int64_t j = 0; j < n; ++j) yr[j] = yr[j] + b[j];
+        if (res) {
+          const T* rr = res + r * n;
+          for (std::int64_t j = 0; j < n; ++j) yr[j] = (yr[j] + b[j]) + rr[j];
+        } else {
+          for (std::int64_t j = 0; j < n; ++j) yr[j] = yr[j] + b[j];
+        }
         break;
       case linear_params::relu:
         for (std::int64_t j = 0; j < n; ++j) yr[j] = std::max(yr[j] + b[j], T(0));
@@ -49,6 +55,12 @@ LOOM_VECTOR_CLONES void epilogue(linear_params::act_t act, T* __restrict y, T* _
       }
     }
   }
+}
+
+// Elements [i0, i1) of d (= when Fresh, += otherwise) dy: a residual's gradient.
+template <class T, bool Fresh>
+LOOM_VECTOR_CLONES void pass_gradient(const T* __restrict dy, T* __restrict d, std::int64_t i0, std::int64_t i1) {
+  for (std::int64_t i = i0; i < i1; ++i) put<Fresh>(d[i], dy[i]);
 }
 
 // Elements [i0, i1) of dz = dy ⊙ act'(z), into out: relu from its output y, gelu from z (which
@@ -83,11 +95,13 @@ std::int64_t linear_output_elements(const void*, const dims_t& out, std::span<co
 
 template <class T>
 void linear_kernel<T>::forward(const op_args<T>& a) {
-  const auto act = static_cast<const linear_params*>(a.fused)->act;
+  const auto* f = static_cast<const linear_params*>(a.fused);
+  const auto act = f->act;
   const auto [rows, k, n] = sizes_of(a);
   const T* x = a.input(0);
   const T* w = a.input(1);
   const T* b = a.input(2);
+  const T* res = f->residual ? a.input(3) : nullptr;
   T* y = a.out;
   T* z_saved = a.saved;  // gelu: z, for backward
   const std::int64_t grain = row_grain(n, k), chunks = (rows + grain - 1) / grain;
@@ -95,7 +109,7 @@ void linear_kernel<T>::forward(const op_args<T>& a) {
     for (std::int64_t ch = c0; ch < c1; ++ch) {
       const std::int64_t r0 = ch * grain, r1 = std::min(rows, r0 + grain);
       gemm<T>(false, true, r1 - r0, n, k, T(1), x + r0 * k, k, w, k, T(0), y + r0 * n, n);
-      epilogue(act, y, z_saved, b, r0, r1, n);  // while the rows are in cache
+      epilogue(act, y, z_saved, b, res, r0, r1, n);  // while the rows are in cache
     }
   });
 }
@@ -120,6 +134,12 @@ void linear_kernel<T>::backward(const op_args<T>& a) {
     batched_gemm<T>(false, false, 1, rows, k, n, dz, n, 0, w, k, 0, dx, 0, a.fresh(0) ? T(0) : T(1));
   if (T* dw = a.grad(1))  // dw [n, k] = dzᵀ · x, summed over the rows
     summed_gemm<T>(true, false, 1, n, k, rows, dz, n, 0, x, k, 0, dw, a.fresh(1) ? T(0) : T(1));
+  // the residual's dr (+)= dy last: r may be x or w, whose gradient buffer is then this one,
+  // stored above (the executor marks only the first position of a node fresh)
+  if (T* dr = static_cast<const linear_params*>(a.fused)->residual ? a.grad(3) : nullptr)
+    with_fresh(a.fresh(3), [&](auto fresh) {
+      for_chunks(rows * n, 1 << 15, [&](std::int64_t i0, std::int64_t i1) { pass_gradient<T, fresh()>(dy, dr, i0, i1); });
+    });
 }
 
 template struct linear_kernel<float>;

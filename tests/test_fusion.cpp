@@ -266,9 +266,62 @@ TEST_CASE("fused linear layers (bias, relu, gelu epilogues) give the unfused bit
   }
 }
 
+TEST_CASE("a residual added to a linear layer joins its node, either order, with the unfused bits") {
+  using R = input_node<"r", shape<dyn<"B">, dyn<"T">, fix<D>>>;
+  using Row = input_node<"row", shape<fix<1>, fix<1>, fix<D>>>;
+  auto x = test::random_tensor<float>({3, 70, D}, 41);
+  auto r = test::random_tensor<float>({3, 70, D}, 42);
+  auto row = test::random_tensor<float>({1, 1, D}, 43);
+  // outputs, every parameter gradient and the inputs' gradients, fused or not, and the plan's ops
+  auto bits = [&](const auto& g, std::vector<feed> feeds, bool fuse) {
+    auto p = g.template make_params<float>(7);
+    auto ex = g.template executor<float>(p, {.input_grads = true, .fuse = fuse});
+    ex.forward(feeds);
+    ex.backward();
+    std::vector<float> all{ex.output()[0]};
+    for (auto& [name, e] : p) all.insert(all.end(), e.grad.values().begin(), e.grad.values().end());
+    for (const feed& f : feeds) {
+      auto gi = ex.input_grad(f.name());
+      all.insert(all.end(), gi.data, gi.data + gi.size());
+    }
+    std::multiset<std::string_view> nodes;  // one entry per node
+    for (int i = 0; i < ex.plan().size(); ++i) nodes.insert(ex.plan().order[i]->op->name);
+    return std::make_pair(all, nodes);
+  };
+  auto same = [&](const auto& g, int residuals, int adds, std::vector<feed> feeds) {
+    const auto [fused, fused_ops] = bits(g, feeds, true);
+    const auto [unfused, unfused_ops] = bits(g, feeds, false);
+    CHECK(fused_ops.count("linear_residual") == residuals);
+    CHECK(fused_ops.count("add") == adds);
+    CHECK(unfused_ops.count("linear_residual") == 0);
+    REQUIRE(fused.size() == unfused.size());
+    CHECK(std::memcmp(fused.data(), unfused.data(), fused.size() * sizeof(float)) == 0);
+  };
+  SECTION("a Transformer feed-forward sublayer: r + linear(relu(linear(x)))") {
+    same(make_graph(sum(R{} + nn::linear<"l2", D>(relu(nn::linear<"l1", 24>(X{}))))), 1, 0, {{"x", x}, {"r", r}});
+  }
+  SECTION("the other order: linear(x) + r") {
+    same(make_graph(sum(nn::linear<"l", D>(X{}) + R{})), 1, 0, {{"x", x}, {"r", r}});
+  }
+  SECTION("the layer's own input as the residual: x + linear(x) (one gradient buffer, two contributions)") {
+    const auto g = make_graph(sum(X{} + nn::linear<"l", D>(X{})));
+    same(g, 1, 0, {{"x", x}});
+    auto p = g.make_params<double>(8);  // and against finite differences, in double
+    test::require_gradcheck(g, p, {{"x", test::random_tensor<double>({2, 3, D}, 44)}}, {.fuse = 1});
+  }
+  SECTION("two residuals in a row, the second over the first's output") {
+    auto h = X{} + nn::linear<"l1", D>(X{});
+    same(make_graph(sum(h + nn::linear<"l2", D>(h))), 2, 0, {{"x", x}});
+  }
+  SECTION("a broadcast residual stays an add after a plain linear") {
+    same(make_graph(sum(nn::linear<"l", D>(X{}) + Row{})), 0, 1, {{"x", x}, {"row", row}});
+  }
+}
+
 TEST_CASE("a fused linear layer used twice adds its second gradients to the first, as unfused") {
   // the same layer (one weight and bias) on x and on x ⊙ x: the second backward adds to the
-  // bias gradient the first one stored (24 outputs: a whole vector of 16 and a tail)
+  // bias gradient the first one stored (24 outputs: a whole vector of 16 and a tail); the sum
+  // makes the second a linear with a residual (the first's output)
   auto g = make_graph(sum(relu(nn::linear<"l", 24>(X{})) + nn::linear<"l", 24>(mul(X{}, X{}))));
   auto x = test::random_tensor<float>({3, 70, D}, 31);
   auto bits = [&](bool fuse) {
@@ -283,8 +336,9 @@ TEST_CASE("a fused linear layer used twice adds its second gradients to the firs
   const auto [fused, fused_ops] = bits(true);
   const auto [unfused, unfused_ops] = bits(false);
   CHECK(fused_ops.count("linear_relu") == 1);
-  CHECK(fused_ops.count("linear") == 1);
-  CHECK(unfused_ops.count("linear") == 0);
+  CHECK(fused_ops.count("linear_residual") == 1);
+  CHECK(fused_ops.count("add") == 0);
+  CHECK(unfused_ops.count("linear_residual") == 0);
   REQUIRE(fused.size() == unfused.size());
   CHECK(std::memcmp(fused.data(), unfused.data(), fused.size() * sizeof(float)) == 0);
 }

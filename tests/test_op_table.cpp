@@ -70,6 +70,10 @@ void check_unread(const plan_view& plan, const op_entry& op, param_store<double>
     const int j = ins[k];
     const node_desc& src = *plan.order[j];
     if (op.backward_reads_input(static_cast<int>(k)) || src.elem != dtype::real) continue;
+    bool read_at_another_position = false;  // the same node as an input the backward reads
+    for (std::size_t k2 = 0; k2 < ins.size(); ++k2)
+      read_at_another_position = read_at_another_position || (ins[k2] == j && op.backward_reads_input(static_cast<int>(k2)));
+    if (read_at_another_position) continue;
     if (src.op->role != node_role::input || plan.consumers(j).size() != 1) continue;  // someone else may read it
     fill_nan(ex.value_at(j));
     r.unread_poisoned += " input " + std::to_string(k);
@@ -264,6 +268,14 @@ const std::map<std::string_view, std::function<case_result()>>& cases() {
        [] {
          auto x = input<"x", shape<fix<3>, fix<4>>>();
          return run_case(make_graph(gelu(nn::linear<"l", 5>(x))), op_named("linear_gelu"), {{"x", rnd({3, 4}, 31)}});
+       }},
+      {"linear_residual",  // fused by the plan rewrite from add(r, add(matmul(x, wᵀ), b)); the
+                           // residual's own input as r: tests/test_fusion.cpp
+       [] {
+         auto x = input<"x", shape<fix<2>, fix<3>, fix<4>>>();
+         auto r = input<"r", shape<fix<2>, fix<3>, fix<5>>>();
+         return run_case(make_graph(r + nn::linear<"l", 5>(x)), op_named("linear_residual"),
+                         {{"x", rnd({2, 3, 4}, 32)}, {"r", rnd({2, 3, 5}, 33)}});
        }},
       {"silu",
        [] {
