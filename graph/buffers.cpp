@@ -50,7 +50,7 @@ void executor<T>::impl::allocate() {
   }
   if (mem_ptr && planned_elems <= mem_elems) return;
   const std::int64_t want = mem_ptr ? std::max(planned_elems, 2 * mem_elems) : planned_elems;
-  arena_storage = std::vector<T, aligned_allocator<T>>(static_cast<std::size_t>(std::max<std::int64_t>(want, 1)));
+  arena_storage = std::vector<T, arena_allocator<T>>(static_cast<std::size_t>(std::max<std::int64_t>(want, 1)));
   mem_ptr = arena_storage.data();
   mem_elems = want;
 }

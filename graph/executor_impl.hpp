@@ -20,6 +20,7 @@
 #include <oneapi/tbb/task_arena.h>
 
 #include "../ops/kernel.hpp"
+#include "arena_allocator.hpp"
 #include "loom/graph/executor.hpp"
 #include "planner.hpp"
 #include "rewrite.hpp"
@@ -95,7 +96,7 @@ struct executor<T>::impl {
   std::vector<std::int64_t> off_saved;          // per node with a saved buffer (op_entry::saved_elements)
   std::vector<std::int64_t> off_scratch;        // per node with a backward workspace (op_entry::scratch_elements)
   std::vector<std::int64_t> buffer_offset;      // per planned buffer
-  std::vector<T, aligned_allocator<T>> arena_storage;  // the arena, 64-byte aligned
+  std::vector<T, arena_allocator<T>> arena_storage;  // the arena (see arena_allocator)
   T* mem_ptr = nullptr;
   std::int64_t mem_elems = 0;                   // allocated
   std::int64_t planned_elems = 0;               // needed by the last bind's placement

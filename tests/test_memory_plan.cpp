@@ -9,6 +9,7 @@
 #include "loom/loom.hpp"
 #include "loom/nn/kv_cache.hpp"
 #include "loom/nn/transformer.hpp"
+#include "../graph/arena_allocator.hpp"
 #include "test_support.hpp"
 
 using namespace loom;
@@ -259,4 +260,21 @@ TEST_CASE("a decoding step's arena is known before running and holds no copy of 
   const auto long_cache = step.memory_plan<float>({{"B", 1}, {"T", 1}, {"P", 1005}}, {.inference = true});
   INFO(long_cache.str());
   CHECK(long_cache.peak_bytes - planned.peak_bytes <= 4 * (2 * 1000 + 16) * sizeof(float));
+}
+
+TEST_CASE("the arena's allocator aligns large blocks to 2 MiB and small ones to 64 bytes") {
+  loom::arena_allocator<float> a;
+  for (std::size_t n : {std::size_t{2}, std::size_t{1000}, (std::size_t{1} << 19) - 1, std::size_t{1} << 19,
+                        (std::size_t{3} << 19) + 5}) {
+    float* p = a.allocate(n);
+    const auto at = reinterpret_cast<std::uintptr_t>(p);
+    INFO(n << " floats");
+    CHECK(at % 64 == 0);
+    if (n * sizeof(float) >= (std::size_t{1} << 21)) CHECK(at % (std::size_t{1} << 21) == 0);
+    p[0] = 1.0f;  // the whole block is writable
+    p[n - 1] = 2.0f;
+    CHECK(p[0] + p[n - 1] == 3.0f);
+    a.deallocate(p, n);
+  }
+  CHECK_THROWS_AS(a.allocate(static_cast<std::size_t>(-1) / 2), std::bad_array_new_length);
 }
