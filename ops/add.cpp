@@ -8,6 +8,7 @@
 #include "kernel.hpp"
 #include "loom/ops/add.hpp"
 #include "parallel.hpp"
+#include "pass_gradient.hpp"
 
 namespace loom::ops {
 
@@ -28,11 +29,7 @@ void add_kernel<T>::backward(const op_args<T>& a) {
     T* d = a.grad(i);
     if (!d) continue;
     if (a.in_dims[static_cast<std::size_t>(i)] == a.out_dims) {  // not broadcast: dx = dy
-      with_fresh(a.fresh(i), [&](auto fresh) {
-        for_chunks(a.out_dims.size(), 1 << 15, [&](std::int64_t b, std::int64_t e) {
-          for (std::int64_t j = b; j < e; ++j) put<fresh()>(d[j], dy[j]);
-        });
-      });
+      pass_gradient(dy, d, a.out_dims.size(), a.fresh(i));
     } else {
       l.reduce_into(i, d, a.fresh(i), [&](std::int64_t o, std::int64_t) { return dy[o]; });
     }

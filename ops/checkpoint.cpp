@@ -7,6 +7,7 @@
 #include "kernel.hpp"
 #include "loom/ops/checkpoint.hpp"
 #include "parallel.hpp"
+#include "pass_gradient.hpp"
 
 namespace loom::ops {
 
@@ -20,12 +21,7 @@ void checkpoint_kernel<T>::forward(const op_args<T>& a) {
 template <class T>
 void checkpoint_kernel<T>::backward(const op_args<T>& a) {
   const T* dy = a.dout;
-  if (T* dx = a.grad(0); dx && dx != dy)
-    with_fresh(a.fresh(0), [&](auto fresh) {
-      for_chunks(a.out_dims.size(), 1 << 15, [&](std::int64_t b, std::int64_t e) {
-        for (std::int64_t i = b; i < e; ++i) put<fresh()>(dx[i], dy[i]);
-      });
-    });
+  if (T* dx = a.grad(0); dx && dx != dy) pass_gradient(dy, dx, a.out_dims.size(), a.fresh(0));
   for (std::size_t k = 1; k < a.din.size(); ++k)
     if (a.din[k] && a.fresh(static_cast<int>(k))) std::fill(a.din[k], a.din[k] + a.in_dims[k].size(), T(0));
 }

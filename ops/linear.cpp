@@ -5,6 +5,7 @@
 #include "fused_linear.hpp"
 #include "gemm_chunks.hpp"
 #include "parallel.hpp"
+#include "pass_gradient.hpp"
 #include "reduce.hpp"
 #include "vector_isa.hpp"
 
@@ -55,12 +56,6 @@ LOOM_VECTOR_CLONES void epilogue(linear_params::act_t act, T* __restrict y, T* _
       }
     }
   }
-}
-
-// Elements [i0, i1) of d (= when Fresh, += otherwise) dy: a residual's gradient.
-template <class T, bool Fresh>
-LOOM_VECTOR_CLONES void pass_gradient(const T* __restrict dy, T* __restrict d, std::int64_t i0, std::int64_t i1) {
-  for (std::int64_t i = i0; i < i1; ++i) put<Fresh>(d[i], dy[i]);
 }
 
 // Elements [i0, i1) of dz = dy ⊙ act'(z), into out: relu from its output y, gelu from z (which
@@ -116,7 +111,8 @@ void linear_kernel<T>::forward(const op_args<T>& a) {
 
 template <class T>
 void linear_kernel<T>::backward(const op_args<T>& a) {
-  const auto act = static_cast<const linear_params*>(a.fused)->act;
+  const auto* f = static_cast<const linear_params*>(a.fused);
+  const auto act = f->act;
   const auto [rows, k, n] = sizes_of(a);
   const T* x = a.input(0);
   const T* w = a.input(1);
@@ -136,10 +132,7 @@ void linear_kernel<T>::backward(const op_args<T>& a) {
     summed_gemm<T>(true, false, 1, n, k, rows, dz, n, 0, x, k, 0, dw, a.fresh(1) ? T(0) : T(1));
   // the residual's dr (+)= dy last: r may be x or w, whose gradient buffer is then this one,
   // stored above (the executor marks only the first position of a node fresh)
-  if (T* dr = static_cast<const linear_params*>(a.fused)->residual ? a.grad(3) : nullptr)
-    with_fresh(a.fresh(3), [&](auto fresh) {
-      for_chunks(rows * n, 1 << 15, [&](std::int64_t i0, std::int64_t i1) { pass_gradient<T, fresh()>(dy, dr, i0, i1); });
-    });
+  if (T* dr = f->residual ? a.grad(3) : nullptr) pass_gradient(dy, dr, rows * n, a.fresh(3));
 }
 
 template struct linear_kernel<float>;

@@ -6,6 +6,7 @@
 #include "kernel.hpp"
 #include "loom/ops/named.hpp"
 #include "parallel.hpp"
+#include "pass_gradient.hpp"
 
 namespace loom::ops {
 
@@ -21,11 +22,7 @@ void named_kernel<T>::backward(const op_args<T>& a) {
   const T* dy = a.dout;
   T* dx = a.grad(0);
   if (!dx || dx == dy) return;
-  with_fresh(a.fresh(0), [&](auto fresh) {
-    for_chunks(a.out_dims.size(), 1 << 15, [&](std::int64_t b, std::int64_t e) {
-      for (std::int64_t i = b; i < e; ++i) put<fresh()>(dx[i], dy[i]);
-    });
-  });
+  pass_gradient(dy, dx, a.out_dims.size(), a.fresh(0));
 }
 
 template struct named_kernel<float>;

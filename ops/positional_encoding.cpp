@@ -15,6 +15,7 @@
 #include "loom/ops/positional_encoding.hpp"
 #include "loom/core/errors.hpp"
 #include "parallel.hpp"
+#include "pass_gradient.hpp"
 
 namespace loom::ops {
 namespace positional_rows {  // named, not anonymous: the kernel's lambda captures this type
@@ -102,11 +103,7 @@ void positional_encoding_kernel<T>::backward(const op_args<T>& a) {
   T* dx = a.grad(0);
   if (!dx) return;
   const T* dy = a.dout;
-  with_fresh(a.fresh(0), [&](auto fresh) {
-    for_chunks(a.out_dims.size(), 1 << 15, [&](std::int64_t b, std::int64_t e) {
-      for (std::int64_t i = b; i < e; ++i) put<fresh()>(dx[i], dy[i]);
-    });
-  });
+  pass_gradient(dy, dx, a.out_dims.size(), a.fresh(0));
 }
 
 template struct positional_encoding_kernel<float>;
