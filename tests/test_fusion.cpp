@@ -26,8 +26,9 @@ using Mem = input_node<"mem", shape<dyn<"B">, dyn<"S">, fix<D>>>;
 using Len = input_node<"len", shape<dyn<"B">>, int>;
 using Allowed = input_node<"allowed", shape<dyn<"B">, fix<1>, dyn<"T">, dyn<"T">>, bool>;
 
-std::set<std::string_view> ops_of(const plan_view& plan) {
-  std::set<std::string_view> ops;
+// The op of every node of the plan (count(name): how many nodes run it).
+std::multiset<std::string_view> ops_of(const plan_view& plan) {
+  std::multiset<std::string_view> ops;
   for (int i = 0; i < plan.size(); ++i) ops.insert(plan.order[i]->op->name);
   return ops;
 }
@@ -284,9 +285,7 @@ TEST_CASE("a residual added to a linear layer joins its node, either order, with
       auto gi = ex.input_grad(f.name());
       all.insert(all.end(), gi.data, gi.data + gi.size());
     }
-    std::multiset<std::string_view> nodes;  // one entry per node
-    for (int i = 0; i < ex.plan().size(); ++i) nodes.insert(ex.plan().order[i]->op->name);
-    return std::make_pair(all, nodes);
+    return std::make_pair(all, ops_of(ex.plan()));
   };
   auto same = [&](const auto& g, int residuals, int adds, std::vector<feed> feeds) {
     const auto [fused, fused_ops] = bits(g, feeds, true);

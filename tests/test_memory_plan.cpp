@@ -271,9 +271,8 @@ TEST_CASE("the arena's allocator aligns large blocks to 2 MiB and small ones to 
     INFO(n << " floats");
     CHECK(at % 64 == 0);
     if (n * sizeof(float) >= (std::size_t{1} << 21)) CHECK(at % (std::size_t{1} << 21) == 0);
-    p[0] = 1.0f;  // the whole block is writable
+    p[0] = 1.0f;  // both ends written: the ASan build checks that the block holds n floats
     p[n - 1] = 2.0f;
-    CHECK(p[0] + p[n - 1] == 3.0f);
     a.deallocate(p, n);
   }
   CHECK_THROWS_AS(a.allocate(static_cast<std::size_t>(-1) / 2), std::bad_array_new_length);
