@@ -16,7 +16,6 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
-#include <map>
 #include <optional>
 #include <string>
 #include <tuple>
@@ -58,16 +57,26 @@ operand<P> make_operand(P* base, const strided_dims& v, const std::array<std::in
   o.ld = v.stride[v.rank - 2];
   if (v.stride[v.rank - 1] != 1 && o.cols > 1) throw error("attention: an operand's rows must be contiguous");
   o.off.resize(static_cast<std::size_t>(n_entries));
+  // the stride of each batch axis in the view (0 where it lacks the axis or broadcasts it)
+  std::array<std::int64_t, max_rank> step{};
   const int vb = v.rank - 2;
+  for (int ax = 0; ax < nb; ++ax) {
+    const int va = ax - (nb - vb);
+    step[static_cast<std::size_t>(ax)] = va >= 0 && v.dims[va] != 1 ? v.stride[va] : 0;
+  }
+  // entries in order, their batch index counted like an odometer (no division per entry:
+  // this ran for every operand of every call and was most of the node's setup time)
+  std::array<std::int64_t, max_rank> idx{};
+  std::int64_t off = v.offset;
   for (std::int64_t n = 0; n < n_entries; ++n) {
-    std::int64_t off = v.offset, rest = n;
-    for (int ax = nb - 1; ax >= 0; --ax) {
-      const std::int64_t i = batch[ax] ? rest % batch[ax] : 0;
-      rest = batch[ax] ? rest / batch[ax] : 0;
-      const int va = ax - (nb - vb);
-      if (va >= 0 && v.dims[va] != 1) off += i * v.stride[va];
-    }
     o.off[static_cast<std::size_t>(n)] = off;
+    for (int ax = nb - 1; ax >= 0; --ax) {
+      const auto a = static_cast<std::size_t>(ax);
+      off += step[a];
+      if (++idx[a] < batch[a]) break;
+      off -= idx[a] * step[a];
+      idx[a] = 0;
+    }
   }
   return o;
 }
@@ -787,33 +796,62 @@ void attention_kernel<T>::backward(const op_args<T>& a) {
     dmask.push_back(a.grad(m.input));
     serial = serial || dmask.back();
   }
-  // entries that share their keys and values (grouped heads) run in one task, in order
-  std::map<std::pair<std::int64_t, std::int64_t>, std::vector<std::int64_t>> by_kv;
-  for (std::int64_t n = 0; n < pr.N; ++n)
-    by_kv[{pr.k.off[static_cast<std::size_t>(n)], pr.v.off[static_cast<std::size_t>(n)]}].push_back(n);
-  std::vector<std::vector<std::int64_t>> groups;
-  for (auto& [key, entries] : by_kv) groups.push_back(std::move(entries));
-  std::sort(groups.begin(), groups.end());
-  std::map<std::int64_t, std::size_t> q_group;  // a query shared across groups: everything in one task
-  bool shared_query = false;
-  for (std::size_t g = 0; g < groups.size(); ++g)
-    for (std::int64_t n : groups[g]) {
-      const auto [at, fresh] = q_group.emplace(pr.q.off[static_cast<std::size_t>(n)], g);
-      shared_query = shared_query || (!fresh && at->second != g);
+  // entries that share their keys and values (grouped heads) run in one task, in order:
+  // group g = entries[start[g], start[g + 1]), groups ordered by their first entry (sorted vectors,
+  // not maps: this runs at every call, for every entry)
+  const auto N = static_cast<std::size_t>(pr.N);
+  std::vector<std::int64_t> members(N);
+  for (std::size_t n = 0; n < N; ++n) members[n] = static_cast<std::int64_t>(n);
+  auto kv = [&](std::int64_t n) {
+    return std::pair{pr.k.off[static_cast<std::size_t>(n)], pr.v.off[static_cast<std::size_t>(n)]};
+  };
+  std::stable_sort(members.begin(), members.end(), [&](std::int64_t x, std::int64_t y) { return kv(x) < kv(y); });
+  std::vector<std::pair<std::int64_t, std::size_t>> runs;  // (first entry, where its run starts)
+  for (std::size_t i = 0; i < N; ++i)
+    if (i == 0 || kv(members[i]) != kv(members[i - 1])) runs.emplace_back(members[i], i);
+  std::vector<std::size_t> start(runs.size() + 1);
+  std::vector<std::int64_t> entries(N);
+  {
+    std::vector<std::size_t> run_end(runs.size());
+    for (std::size_t r = 0; r < runs.size(); ++r) run_end[r] = r + 1 < runs.size() ? runs[r + 1].second : N;
+    std::vector<std::size_t> by_first(runs.size());
+    for (std::size_t r = 0; r < runs.size(); ++r) by_first[r] = r;
+    std::sort(by_first.begin(), by_first.end(), [&](std::size_t x, std::size_t y) { return runs[x].first < runs[y].first; });
+    std::size_t at = 0;
+    for (std::size_t g = 0; g < runs.size(); ++g) {
+      start[g] = at;
+      const std::size_t r = by_first[g];
+      for (std::size_t i = runs[r].second; i < run_end[r]; ++i) entries[at++] = members[i];
     }
-  if (shared_query || serial) {  // entries share what they write: one task, in order
-    groups.assign(1, {});
-    for (std::int64_t n = 0; n < pr.N; ++n) groups[0].push_back(n);
+    start[runs.size()] = at;
+  }
+  std::size_t n_groups = runs.size();
+  // a query shared across groups: everything in one task
+  bool shared_query = false;
+  {
+    std::vector<std::pair<std::int64_t, std::size_t>> q_group;  // (query offset, group)
+    q_group.reserve(N);
+    for (std::size_t g = 0; g < n_groups; ++g)
+      for (std::size_t i = start[g]; i < start[g + 1]; ++i)
+        q_group.emplace_back(pr.q.off[static_cast<std::size_t>(entries[i])], g);
+    std::sort(q_group.begin(), q_group.end());
+    for (std::size_t i = 1; i < q_group.size(); ++i)
+      shared_query = shared_query || (q_group[i].first == q_group[i - 1].first && q_group[i].second != q_group[i - 1].second);
+  }
+  if ((shared_query || serial) && N > 0) {  // entries share what they write: one task, in order
+    for (std::size_t n = 0; n < N; ++n) entries[n] = static_cast<std::int64_t>(n);
+    n_groups = 1;
+    start.assign({0, N});
   }
   // small problems (no float mask's gradient): groups in chunks of about 2^16 multiply-adds
   const bool small = small_path(pr) && !serial;
   const std::int64_t per_entry = pr.rows * pr.keys * (2 * pr.d + 3 * pr.dv);
-  const std::int64_t per_group = groups.empty() ? 0 : pr.N / static_cast<std::int64_t>(groups.size()) * per_entry;
+  const std::int64_t per_group = n_groups == 0 ? 0 : pr.N / static_cast<std::int64_t>(n_groups) * per_entry;
   const std::int64_t grain = small ? grain_for(per_group, std::int64_t{1} << 16) : 1;
-  for_chunks(static_cast<std::int64_t>(groups.size()), grain, [&](std::int64_t g0, std::int64_t g1) {
-    for (std::int64_t g = g0; g < g1; ++g)
-      for (std::int64_t n : groups[static_cast<std::size_t>(g)])
-        if (small) backward_small(pr, dout, dq, dk, dv, a.saved, n);
+  for_chunks(static_cast<std::int64_t>(n_groups), grain, [&](std::int64_t g0, std::int64_t g1) {
+    for (auto g = static_cast<std::size_t>(g0); g < static_cast<std::size_t>(g1); ++g)
+      for (std::size_t i = start[g]; i < start[g + 1]; ++i)
+        if (const std::int64_t n = entries[i]; small) backward_small(pr, dout, dq, dk, dv, a.saved, n);
         else backward_entry(pr, dout, dq, dk, dv, dmask, a.saved, n);
   });
 }
