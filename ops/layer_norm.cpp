@@ -1,6 +1,6 @@
 // layer_norm kernels, over the last axis: x [.., D], gamma [D], beta [D] -> y [.., D].
 //   forward:  μ = Σ x / D, σ² = Σ (x − μ)² / D, r = 1/√(σ² + ε), x̂ = (x − μ) r,
-//             y = x̂ ⊙ gamma + beta   (statistics in eight-lane sums of T; μ and r saved per row
+//             y = x̂ ⊙ gamma + beta   (statistics in sixteen-lane sums of T; μ and r saved per row
 //             for backward, as PyTorch's layer norm saves them)
 //   backward: g = dy ⊙ gamma;  dx += r (g − mean(g) − x̂ mean(g ⊙ x̂));
 //             dgamma += Σ_rows dy ⊙ x̂;  dbeta += Σ_rows dy  — one pass over the rows with the
@@ -29,8 +29,21 @@ constexpr std::int64_t row_block = 16;
 // Rows per chunk of the backward (fixed by d, so that the partial sums are too).
 inline std::int64_t backward_grain(std::int64_t d) { return grain_for(12 * d); }
 
-// mean[i] and rstd[i] = 1/√(var + eps) of the n ≤ row_block rows at x (eight-lane sums: the
-// order of additions depends on d only).
+// Row sums in `sum_lanes` lanes: element j goes to lane j mod sum_lanes (the tail past the last
+// whole group to a lane of its own), the lanes combined in a fixed tree — the order of additions
+// depends on d only. Sixteen lanes, so that a row of 64 is four dependent adds per lane (eight
+// lanes made each row's sums a chain of eight, which the rows' other work waited for).
+constexpr int sum_lanes = 16;
+
+template <class T>
+[[gnu::always_inline]] inline T fold_lanes(const T* lane, T tail) {
+  T l8[8];
+  for (int k = 0; k < 8; ++k) l8[k] = lane[k] + lane[k + 8];
+  return ((l8[0] + l8[1]) + (l8[2] + l8[3])) + ((l8[4] + l8[5]) + (l8[6] + l8[7])) + tail;
+}
+
+// mean[i] and rstd[i] = 1/√(var + eps) of the n ≤ row_block rows at x (two passes over each
+// row: the mean, then the squared deviations from it).
 template <class T>
 [[gnu::always_inline]] inline void block_stats(const T* x, std::int64_t n, std::int64_t d, double eps, T* mean,
                                                T* rstd) {  // in each clone
@@ -38,15 +51,18 @@ template <class T>
   for (std::int64_t i = 0; i < row_block; ++i) var[i] = 1;
   for (std::int64_t i = 0; i < n; ++i) {
     const T* xr = x + i * d;
-    const T m = lane_sum(xr, d) / static_cast<T>(d);
-    T lane[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    T lane[sum_lanes] = {}, tail = 0;
     std::int64_t j = 0;
-    for (; j + 8 <= d; j += 8)
-      for (int k = 0; k < 8; ++k) lane[k] += (xr[j + k] - m) * (xr[j + k] - m);
-    T sq = ((lane[0] + lane[1]) + (lane[2] + lane[3])) + ((lane[4] + lane[5]) + (lane[6] + lane[7]));
-    for (; j < d; ++j) sq += (xr[j] - m) * (xr[j] - m);
+    for (; j + sum_lanes <= d; j += sum_lanes)
+      for (int k = 0; k < sum_lanes; ++k) lane[k] += xr[j + k];
+    for (std::int64_t t = j; t < d; ++t) tail += xr[t];
+    const T m = fold_lanes(lane, tail) / static_cast<T>(d);
+    T sq[sum_lanes] = {}, sq_tail = 0;
+    for (j = 0; j + sum_lanes <= d; j += sum_lanes)
+      for (int k = 0; k < sum_lanes; ++k) sq[k] += (xr[j + k] - m) * (xr[j + k] - m);
+    for (std::int64_t t = j; t < d; ++t) sq_tail += (xr[t] - m) * (xr[t] - m);
     mean[i] = m;
-    var[i] = static_cast<double>(sq) / static_cast<double>(d) + eps;
+    var[i] = static_cast<double>(fold_lanes(sq, sq_tail)) / static_cast<double>(d) + eps;
   }
   for (std::int64_t i = 0; i < row_block; ++i) rstd[i] = static_cast<T>(1.0 / std::sqrt(var[i]));
 }
@@ -84,15 +100,30 @@ LOOM_VECTOR_CLONES void backward_rows(const T* __restrict x, const T* __restrict
     const T* xr = x + r * d;
     const T* dyr = dy + r * d;
     const T mean = stats[2 * r], rstd = stats[2 * r + 1];
-    for (std::int64_t j = 0; j < d; ++j) {
+    // g, x̂, the column sums, and the row's sums Σ g and Σ g ⊙ x̂ in the same pass
+    T sg[sum_lanes] = {}, sgx[sum_lanes] = {}, sg_tail = 0, sgx_tail = 0;
+    std::int64_t j = 0;
+    for (; j + sum_lanes <= d; j += sum_lanes)
+      for (int k = 0; k < sum_lanes; ++k) {
+        const std::int64_t c = j + k;
+        g[c] = dyr[c] * gamma[c];
+        xhat[c] = (xr[c] - mean) * rstd;
+        pg[c] += dyr[c] * xhat[c];
+        pb[c] += dyr[c];
+        sg[k] += g[c];
+        sgx[k] += g[c] * xhat[c];
+      }
+    for (; j < d; ++j) {
       g[j] = dyr[j] * gamma[j];
       xhat[j] = (xr[j] - mean) * rstd;
       pg[j] += dyr[j] * xhat[j];
       pb[j] += dyr[j];
+      sg_tail += g[j];
+      sgx_tail += g[j] * xhat[j];
     }
     if (!dx) continue;
-    const T mean_g = lane_sum(g, d) / static_cast<T>(d);
-    const T mean_gx = lane_dot(g, xhat, d) / static_cast<T>(d);
+    const T mean_g = fold_lanes(sg, sg_tail) / static_cast<T>(d);
+    const T mean_gx = fold_lanes(sgx, sgx_tail) / static_cast<T>(d);
     T* dxr = dx + r * d;
     for (std::int64_t j = 0; j < d; ++j) put<Fresh>(dxr[j], rstd * (g[j] - mean_g - xhat[j] * mean_gx));
   }
