@@ -177,6 +177,50 @@ TEST_CASE("weight gradients computed in parallel column blocks: the same bits fo
   CHECK(one == four);
 }
 
+namespace {
+// The bias gradient of a linear layer of N outputs: db[j] = Σ_rows c[r, j] for loss = Σ linear(x) ⊙ c.
+// The column sums take four tiles of 16 side by side, then single tiles, then single columns:
+// N = 83 has all three (64 + 16 + 3), N = 200 three groups of four tiles and a tail of 8.
+template <int N>
+std::vector<float> bias_gradient_run(int threads, double* worst_error = nullptr) {
+  auto x = input<"x", shape<dyn<"B">, fix<24>>>();
+  auto c = input<"c", shape<dyn<"B">, fix<N>>>();
+  auto g = make_graph(sum(mul(nn::linear<"l", N>(x), c)));
+  auto p = g.template make_params<float>(17);
+  auto run = g.template executor<float>(p, {.threads = threads});
+  constexpr std::int64_t rows = 301;
+  auto xs = test::random_tensor<float>({rows, 24}, 3);
+  auto cs = test::random_tensor<float>({rows, N}, 4);
+  run.forward({{"x", xs}, {"c", cs}});
+  run.backward();
+  const auto& db = p.grad("l.bias");
+  if (worst_error) {
+    *worst_error = 0;
+    for (std::int64_t j = 0; j < N; ++j) {
+      double col = 0, mag = 0;
+      for (std::int64_t r = 0; r < rows; ++r) {
+        col += cs[r * N + j];
+        mag += std::abs(double(cs[r * N + j]));
+      }
+      *worst_error = std::max(*worst_error, std::abs(double(db[j]) - col) / mag);
+    }
+  }
+  return std::vector<float>(db.values().begin(), db.values().end());
+}
+}  // namespace
+
+TEMPLATE_TEST_CASE_SIG("bias gradients over ragged column counts: the row sums, the same bits for 1, 2 and 4 threads", "",
+                       ((int N), N), 3, 83, 200) {
+  double worst = 1;
+  auto one = bias_gradient_run<N>(1, &worst);
+  auto two = bias_gradient_run<N>(2);
+  auto four = bias_gradient_run<N>(4);
+  REQUIRE(one.size() == static_cast<std::size_t>(N));
+  CHECK(worst < 1e-6);
+  CHECK(one == two);
+  CHECK(one == four);
+}
+
 TEST_CASE("repeated runs give identical results and gradients are overwritten, not accumulated") {
   auto a = mha_run(2);
   auto b = mha_run(2);
