@@ -45,6 +45,36 @@ template <class F>
   }
 }
 
+/// ln x for x positive and normal, in float: a float or a GCC vector of floats (the same
+/// operations in every lane). x = 2^e · m with m in [√½, √2) — the exponent taken after adding
+/// the bits of 1 − √½ to x's, so that no select is needed (GCC turns selects on wide vectors into
+/// scalar code) — then ln m = 2 atanh(s), s = (m − 1)/(m + 1), |s| ≤ 0.172, as
+/// 2s + s · z (2/3 + z (2/5 + z (2/7 + z · 2/9))), z = s² (the series' next term is below 4e−9
+/// relative), plus e · ln 2 in a high part exact in float and a low part. Within 2 ulp of the
+/// correctly rounded ln x (tests/test_ops.cpp). Zero, subnormals, infinities and NaN give
+/// finite values of no meaning: callers pass x ≥ 1 or discard the lane.
+template <class F>
+[[gnu::always_inline]] inline F log_normal(F x) {
+  constexpr std::int32_t one = 0x3f800000, sqrt_half = 0x3f3504f3;  // the bits of 1.0f and √½
+  constexpr float ln2_hi = 0.693145751953125f, ln2_lo = 1.42860677e-06f;
+  using I = decltype(x < x);  // std::int32_t's shape: bool for a float, an integer vector otherwise
+  using B = std::conditional_t<std::is_same_v<F, float>, std::int32_t, I>;
+  const B bits = std::bit_cast<B>(x) + (one - sqrt_half);
+  const B e = (bits >> 23) - 127;
+  const F m = std::bit_cast<F>(static_cast<B>((bits & 0x007fffff) + sqrt_half));
+  const F f = m - 1.0f;  // exact
+  const F sv = f / (f + 2.0f);
+  const F z = sv * sv;
+  const F r = z * (0.666666667f + z * (0.4f + z * (0.285714286f + z * 0.222222222f)));
+  // 2s + s·r written as f − f²/2 + s (f²/2 + r) (2s = f − s·f): f, exact, leads, so that the
+  // result keeps its relative accuracy near x = 1, where ln x is small
+  const F hfsq = 0.5f * f * f;
+  F ef;
+  if constexpr (std::is_same_v<F, float>) ef = static_cast<float>(e);
+  else ef = __builtin_convertvector(e, F);
+  return ef * ln2_hi + (f - (hfsq - (sv * (hfsq + r) + ef * ln2_lo)));
+}
+
 /// e^x. In float: exp_clamped of x clamped to [−87.3, 88.3] — plain arithmetic with min/max and
 /// one select, so loops over it vectorise; e^x is 0 for x < −87.3 (and for −∞) and saturates at
 /// e^88.3 ≈ 2.1e38 above (loom calls it on x − max ≤ 0). In double: std::exp (gradient checks
