@@ -145,18 +145,21 @@ buffer_plan plan_buffers(const planner_input& input) {
       for (int j : plan.inputs(c)) touch(bp.grad_buf[j], bstep(c), -1, c);  // contributions
       touch(bp.grad_buf[c], bstep(c), -1, c);                                 // its own dout
     }
-    // backward in place: the first contribution to input 0's gradient written over the
-    // node's own gradient, which nothing reads afterwards (the buffers meet at that task)
+    // backward in place: the first contribution to input p's gradient (p = the op's
+    // backward_in_place_input) written over the node's own gradient, which nothing reads
+    // afterwards (the buffers meet at that task)
     if (!in.keep_all)
       for (int c = n - 1; c >= 0; --c) {
         if (!runs_backward(c) || !plan.order[c]->op->backward_in_place) continue;
         auto ins = plan.inputs(c);
-        const int x = ins[0], gx = bp.grad_buf[x], gc = bp.grad_buf[c];
+        const auto p = static_cast<std::size_t>(plan.order[c]->op->backward_in_place_input);
+        if (p >= ins.size()) continue;
+        const int x = ins[p], gx = bp.grad_buf[x], gc = bp.grad_buf[c];
         if (gx < 0 || gc < 0 || gx == gc || in.leaf[x] || pinned_node[x] || pinned_node[c] || in.grad_view[x] ||
-            !in.sched->edge_fresh[static_cast<std::size_t>(plan.in_off[c])] || !same_dims(plan, c, x))
+            !in.sched->edge_fresh[static_cast<std::size_t>(plan.in_off[c]) + p] || !same_dims(plan, c, x))
           continue;
-        bool once = true;
-        for (std::size_t k = 1; k < ins.size(); ++k) once = once && ins[k] != x;
+        bool once = true;  // x at no other position of c (its gradient there would be dy too)
+        for (std::size_t k = 0; k < ins.size(); ++k) once = once && (k == p || ins[k] != x);
         if (!once) continue;
         for (access& e : events)
           if (e.buf == gx) e.buf = gc;

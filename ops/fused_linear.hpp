@@ -74,6 +74,9 @@ inline constexpr op_entry linear_residual_entry{
     .f32 = kernels_of<linear_kernel, float>(),
     .f64 = kernels_of<linear_kernel, double>(),
     .writes_fresh = true,
+    // dr = dy, written last: r's gradient may be dy's own buffer
+    .backward_in_place = true,
+    .backward_in_place_input = 3,
     .backward_reads = reads({0, 1}),
     .fused = true,
 };

@@ -290,8 +290,8 @@ TEST_CASE("a residual added to a linear layer joins its node, either order, with
   auto same = [&](const auto& g, int residuals, int adds, std::vector<feed> feeds) {
     const auto [fused, fused_ops] = bits(g, feeds, true);
     const auto [unfused, unfused_ops] = bits(g, feeds, false);
-    CHECK(fused_ops.count("linear_residual") == residuals);
-    CHECK(fused_ops.count("add") == adds);
+    CHECK(fused_ops.count("linear_residual") == static_cast<std::size_t>(residuals));
+    CHECK(fused_ops.count("add") == static_cast<std::size_t>(adds));
     CHECK(unfused_ops.count("linear_residual") == 0);
     REQUIRE(fused.size() == unfused.size());
     CHECK(std::memcmp(fused.data(), unfused.data(), fused.size() * sizeof(float)) == 0);
@@ -311,6 +311,24 @@ TEST_CASE("a residual added to a linear layer joins its node, either order, with
   SECTION("two residuals in a row, the second over the first's output") {
     auto h = X{} + nn::linear<"l1", D>(X{});
     same(make_graph(sum(h + nn::linear<"l2", D>(h))), 2, 0, {{"x", x}});
+  }
+  SECTION("a residual over a computed value, as in a Transformer's second sublayer: its gradient is the output's") {
+    // h = x + linear(x); y = h + linear(relu(linear(h))): h's gradient starts as y's gradient
+    // (dr = dy), so the planner lets them share one buffer (backward in place, input 3), which
+    // the first linear of the sublayer then adds its dx to
+    auto h = X{} + nn::linear<"l0", D>(X{});
+    const auto g = make_graph(sum(h + nn::linear<"l2", D>(relu(nn::linear<"l1", 24>(h)))));
+    same(g, 2, 0, {{"x", x}});
+    auto p = g.make_params<float>(7);
+    auto ex = g.executor<float>(p, {.input_grads = true});
+    const memory_report plan = ex.memory_plan({{"B", 3}, {"T", 70}});
+    int shared = 0;  // gradient buffers of a linear_residual shared with another node's
+    for (const auto& b : plan.buffers)
+      shared += b.grad && b.what.find("linear_residual") != std::string::npos && b.what.find("more") != std::string::npos;
+    INFO(plan.str(40));
+    CHECK(shared >= 1);
+    auto pd = g.make_params<double>(8);  // and against finite differences, in double
+    test::require_gradcheck(g, pd, {{"x", test::random_tensor<double>({2, 3, D}, 45)}}, {.fuse = 1});
   }
   SECTION("a broadcast residual stays an add after a plain linear") {
     same(make_graph(sum(nn::linear<"l", D>(X{}) + Row{})), 0, 1, {{"x", x}, {"row", row}});

@@ -77,10 +77,14 @@ struct op_entry {
   /// read before it is written. The memory planner may then run it in place when no later
   /// kernel reads input 0.
   bool can_run_in_place = false;
-  /// Backward is correct when the gradient of input 0 is its own output's gradient buffer
-  /// (dx written over dy, each element read before it is written) on its first contribution:
-  /// the memory planner may then merge the two when nothing else needs dy.
+  /// Backward is correct when the gradient of input `backward_in_place_input` is its own
+  /// output's gradient buffer (dx written over dy, each element read before it is written) on
+  /// its first contribution: the memory planner may then merge the two when nothing else needs
+  /// dy.
   bool backward_in_place = false;
+  /// The input whose gradient backward_in_place may write over dy: 0 for element-wise ops, the
+  /// residual (3) for a linear layer with its residual, whose dr = dy is then no copy at all.
+  int backward_in_place_input = 0;
   /// The values backward reads (PyTorch's derivatives.yaml as data): input i when bit i of
   /// backward_reads is set, and the node's own value when backward_reads_output is. A value
   /// read by no backward need not outlive its last forward reader.
