@@ -287,6 +287,14 @@ template <class T>
   std::memcpy(p, &v, sizeof v);
 }
 
+/// f of every lane (the double versions of the lane functions: libm, every digit).
+template <class T, class F>
+[[gnu::always_inline]] inline vec<T> per_lane(const vec<T>& x, F f) {
+  vec<T> y;
+  for (int i = 0; i < lanes; ++i) y[i] = f(x[i]);
+  return y;
+}
+
 /// e^x in every lane: vmath's exp_clamped with the clamp at −88 instead of vexp's −87.3 and its
 /// final select (x < −87.3 ? 0) left out — at −88 the result is exactly +0 already (also for
 /// −∞). Same bits as vexp except for x in (−87.7, −87.3), where vexp gives 0 and this e^x
@@ -295,9 +303,7 @@ template <class T>
 template <class T>
 [[gnu::always_inline]] inline vec<T> vexp_lanes(const vec<T>& x) {
   if constexpr (std::is_same_v<T, double>) {
-    vec<T> y;
-    for (int i = 0; i < lanes; ++i) y[i] = std::exp(x[i]);
-    return y;
+    return per_lane<T>(x, [](double v) { return std::exp(v); });
   } else {
     using V = vec<float>;
     const V lo = splat<V>(-88.0f), hi = splat<V>(88.3f);
@@ -328,9 +334,7 @@ struct lane_index<double> {
 template <class T>
 [[gnu::always_inline]] inline vec<T> vlog_lanes(const vec<T>& x) {
   if constexpr (std::is_same_v<T, double>) {
-    vec<T> y;
-    for (int i = 0; i < lanes; ++i) y[i] = std::log(x[i]);
-    return y;
+    return per_lane<T>(x, [](double v) { return std::log(v); });
   } else {
     return log_normal(x);
   }

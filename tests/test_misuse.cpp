@@ -199,10 +199,15 @@ TEST_CASE("one executor called from two threads at once refuses the second call 
   auto run = g.executor<float>(p, {.threads = 1});
   // different shapes in the two threads: with a race, each would rebind the other's buffers
   const tensor<float> a = test::random_tensor<float>({300, 64}, 6), b = test::random_tensor<float>({17, 64}, 7);
-  std::atomic<int> refused{0}, other{0}, done{0};
+  std::atomic<int> refused{0}, other{0}, done{0}, ready{0};
   std::string other_what;
+  // both threads start together and call until one of them has been refused (at most 20000
+  // calls each): a fixed 200 calls could all finish before the other thread was scheduled on a
+  // loaded machine, and then nothing overlapped (a failure of the test, not of the executor)
   auto worker = [&](const tensor<float>& xs) {
-    for (int i = 0; i < 200; ++i) {
+    ++ready;
+    while (ready.load() < 2) std::this_thread::yield();
+    for (int i = 0; i < 20000 && refused.load() == 0; ++i) {
       try {
         run.forward({{"x", xs}});
         ++done;
