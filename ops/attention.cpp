@@ -816,53 +816,40 @@ void attention_kernel<T>::backward(const op_args<T>& a) {
     dmask.push_back(a.grad(m.input));
     serial = serial || dmask.back();
   }
-  // entries that share their keys and values (grouped heads) run in one task, in order:
-  // group g = entries[start[g], start[g + 1]), groups ordered by their first entry (sorted vectors,
-  // not maps: this runs at every call, for every entry)
+  // entries that share their keys and values (grouped heads) run in one task, in order: each
+  // entry's group is named by its leader, the group's first entry; entries sorted by (leader,
+  // entry) are then the groups one after the other, in order of their first entries (sorted
+  // vectors, not maps: this runs at every call, for every entry)
   const auto N = static_cast<std::size_t>(pr.N);
-  std::vector<std::int64_t> members(N);
-  for (std::size_t n = 0; n < N; ++n) members[n] = static_cast<std::int64_t>(n);
   auto kv = [&](std::int64_t n) {
     return std::pair{pr.k.off[static_cast<std::size_t>(n)], pr.v.off[static_cast<std::size_t>(n)]};
   };
-  std::stable_sort(members.begin(), members.end(), [&](std::int64_t x, std::int64_t y) { return kv(x) < kv(y); });
-  std::vector<std::pair<std::int64_t, std::size_t>> runs;  // (first entry, where its run starts)
+  std::vector<std::int64_t> entries(N), leader(N);
+  for (std::size_t n = 0; n < N; ++n) entries[n] = static_cast<std::int64_t>(n);
+  std::stable_sort(entries.begin(), entries.end(), [&](std::int64_t x, std::int64_t y) { return kv(x) < kv(y); });
   for (std::size_t i = 0; i < N; ++i)
-    if (i == 0 || kv(members[i]) != kv(members[i - 1])) runs.emplace_back(members[i], i);
-  std::vector<std::size_t> start(runs.size() + 1);
-  std::vector<std::int64_t> entries(N);
-  {
-    std::vector<std::size_t> run_end(runs.size());
-    for (std::size_t r = 0; r < runs.size(); ++r) run_end[r] = r + 1 < runs.size() ? runs[r + 1].second : N;
-    std::vector<std::size_t> by_first(runs.size());
-    for (std::size_t r = 0; r < runs.size(); ++r) by_first[r] = r;
-    std::sort(by_first.begin(), by_first.end(), [&](std::size_t x, std::size_t y) { return runs[x].first < runs[y].first; });
-    std::size_t at = 0;
-    for (std::size_t g = 0; g < runs.size(); ++g) {
-      start[g] = at;
-      const std::size_t r = by_first[g];
-      for (std::size_t i = runs[r].second; i < run_end[r]; ++i) entries[at++] = members[i];
-    }
-    start[runs.size()] = at;
-  }
-  std::size_t n_groups = runs.size();
-  // a query shared across groups: everything in one task
+    leader[static_cast<std::size_t>(entries[i])] =
+        i > 0 && kv(entries[i]) == kv(entries[i - 1]) ? leader[static_cast<std::size_t>(entries[i - 1])] : entries[i];
+  auto by_leader = [&](std::int64_t n) { return std::pair{leader[static_cast<std::size_t>(n)], n}; };
+  std::sort(entries.begin(), entries.end(), [&](std::int64_t x, std::int64_t y) { return by_leader(x) < by_leader(y); });
+  std::vector<std::size_t> start;  // group g = entries[start[g], start[g + 1])
+  for (std::size_t i = 0; i < N; ++i)
+    if (i == 0 || leader[static_cast<std::size_t>(entries[i])] != leader[static_cast<std::size_t>(entries[i - 1])])
+      start.push_back(i);
+  start.push_back(N);
+  // a query shared across groups, or an added mask's gradient: entries share what they write,
+  // so everything runs in one task, in order
+  std::vector<std::pair<std::int64_t, std::int64_t>> q_leader(N);  // (query offset, group leader)
+  for (std::size_t n = 0; n < N; ++n) q_leader[n] = {pr.q.off[n], leader[n]};
+  std::sort(q_leader.begin(), q_leader.end());
   bool shared_query = false;
-  {
-    std::vector<std::pair<std::int64_t, std::size_t>> q_group;  // (query offset, group)
-    q_group.reserve(N);
-    for (std::size_t g = 0; g < n_groups; ++g)
-      for (std::size_t i = start[g]; i < start[g + 1]; ++i)
-        q_group.emplace_back(pr.q.off[static_cast<std::size_t>(entries[i])], g);
-    std::sort(q_group.begin(), q_group.end());
-    for (std::size_t i = 1; i < q_group.size(); ++i)
-      shared_query = shared_query || (q_group[i].first == q_group[i - 1].first && q_group[i].second != q_group[i - 1].second);
-  }
-  if ((shared_query || serial) && N > 0) {  // entries share what they write: one task, in order
+  for (std::size_t i = 1; i < N; ++i)
+    shared_query = shared_query || (q_leader[i].first == q_leader[i - 1].first && q_leader[i].second != q_leader[i - 1].second);
+  if ((shared_query || serial) && N > 0) {
     for (std::size_t n = 0; n < N; ++n) entries[n] = static_cast<std::int64_t>(n);
-    n_groups = 1;
-    start.assign({0, N});
+    start = {0, N};
   }
+  const std::size_t n_groups = start.size() - 1;
   // small problems (no float mask's gradient): groups in chunks of about 2^16 multiply-adds
   const bool small = small_path(pr) && !serial;
   const std::int64_t per_entry = pr.rows * pr.keys * (2 * pr.d + 3 * pr.dv);
