@@ -132,9 +132,8 @@ void linear_kernel<T>::backward(const op_args<T>& a) {
     summed_gemm<T>(true, false, 1, n, k, rows, dz, n, 0, x, k, 0, dw, a.fresh(1) ? T(0) : T(1));
   // the residual's dr (+)= dy last: r may be x or w, whose gradient buffer is then this one,
   // stored above (the executor marks only the first position of a node fresh); or dr may be
-  // dy's own buffer (the planner's backward in place), already the value it should have
-  T* dr = f->residual ? a.grad(3) : nullptr;
-  if (dr && !(dr == dy && a.fresh(3))) pass_gradient(dy, dr, rows * n, a.fresh(3));
+  // dy's own buffer (the planner's backward in place), which pass_gradient then leaves as is
+  if (T* dr = f->residual ? a.grad(3) : nullptr) pass_gradient(dy, dr, rows * n, a.fresh(3));
 }
 
 template struct linear_kernel<float>;

@@ -19,9 +19,12 @@ LOOM_VECTOR_CLONES void pass_gradient_range(const T* dy, T* dx, std::int64_t i0,
   for (std::int64_t i = i0; i < i1; ++i) put<Fresh>(dx[i], dy[i]);
 }
 
-/// dx[0, n) (= when fresh, += otherwise) dy[0, n), in parallel chunks.
+/// dx[0, n) (= when fresh, += otherwise) dy[0, n), in parallel chunks. Nothing to do when dx
+/// is dy and fresh (a backward in place whose first contribution is dy itself: add's, the fused
+/// linear's residual).
 template <class T>
 void pass_gradient(const T* dy, T* dx, std::int64_t n, bool fresh) {
+  if (fresh && dx == dy) return;
   with_fresh(fresh, [&](auto f) {
     for_chunks(n, 1 << 15, [&](std::int64_t i0, std::int64_t i1) { pass_gradient_range<T, f()>(dy, dx, i0, i1); });
   });
