@@ -29,18 +29,10 @@ constexpr std::int64_t row_block = 16;
 // Rows per chunk of the backward (fixed by d, so that the partial sums are too).
 inline std::int64_t backward_grain(std::int64_t d) { return grain_for(12 * d); }
 
-// Row sums in `sum_lanes` lanes: element j goes to lane j mod sum_lanes (the tail past the last
-// whole group to a lane of its own), the lanes combined in a fixed tree — the order of additions
-// depends on d only. Sixteen lanes, so that a row of 64 is four dependent adds per lane (eight
-// lanes made each row's sums a chain of eight, which the rows' other work waited for).
+// Row sums in sixteen lanes (vmath's lane_sum<16> and fold_lanes<16>): a row of 64 is then four
+// dependent adds per lane (eight lanes made each row's sums a chain of eight, which the rows'
+// other work waited for); the order of additions depends on d only.
 constexpr int sum_lanes = 16;
-
-template <class T>
-[[gnu::always_inline]] inline T fold_lanes(const T* lane, T tail) {
-  T l8[8];
-  for (int k = 0; k < 8; ++k) l8[k] = lane[k] + lane[k + 8];
-  return ((l8[0] + l8[1]) + (l8[2] + l8[3])) + ((l8[4] + l8[5]) + (l8[6] + l8[7])) + tail;
-}
 
 // mean[i] and rstd[i] = 1/√(var + eps) of the n ≤ row_block rows at x (two passes over each
 // row: the mean, then the squared deviations from it).
@@ -51,18 +43,14 @@ template <class T>
   for (std::int64_t i = 0; i < row_block; ++i) var[i] = 1;
   for (std::int64_t i = 0; i < n; ++i) {
     const T* xr = x + i * d;
-    T lane[sum_lanes] = {}, tail = 0;
+    const T m = lane_sum<sum_lanes>(xr, d) / static_cast<T>(d);
+    T sq[sum_lanes] = {}, sq_tail = 0;
     std::int64_t j = 0;
     for (; j + sum_lanes <= d; j += sum_lanes)
-      for (int k = 0; k < sum_lanes; ++k) lane[k] += xr[j + k];
-    for (std::int64_t t = j; t < d; ++t) tail += xr[t];
-    const T m = fold_lanes(lane, tail) / static_cast<T>(d);
-    T sq[sum_lanes] = {}, sq_tail = 0;
-    for (j = 0; j + sum_lanes <= d; j += sum_lanes)
       for (int k = 0; k < sum_lanes; ++k) sq[k] += (xr[j + k] - m) * (xr[j + k] - m);
     for (std::int64_t t = j; t < d; ++t) sq_tail += (xr[t] - m) * (xr[t] - m);
     mean[i] = m;
-    var[i] = static_cast<double>(fold_lanes(sq, sq_tail)) / static_cast<double>(d) + eps;
+    var[i] = static_cast<double>(fold_lanes<sum_lanes>(sq, sq_tail)) / static_cast<double>(d) + eps;
   }
   for (std::int64_t i = 0; i < row_block; ++i) rstd[i] = static_cast<T>(1.0 / std::sqrt(var[i]));
 }
@@ -122,8 +110,8 @@ LOOM_VECTOR_CLONES void backward_rows(const T* __restrict x, const T* __restrict
       sgx_tail += g[j] * xhat[j];
     }
     if (!dx) continue;
-    const T mean_g = fold_lanes(sg, sg_tail) / static_cast<T>(d);
-    const T mean_gx = fold_lanes(sgx, sgx_tail) / static_cast<T>(d);
+    const T mean_g = fold_lanes<sum_lanes>(sg, sg_tail) / static_cast<T>(d);
+    const T mean_gx = fold_lanes<sum_lanes>(sgx, sgx_tail) / static_cast<T>(d);
     T* dxr = dx + r * d;
     for (std::int64_t j = 0; j < d; ++j) put<Fresh>(dxr[j], rstd * (g[j] - mean_g - xhat[j] * mean_gx));
   }

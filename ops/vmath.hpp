@@ -1,5 +1,5 @@
-// Loop building blocks that the compiler can vectorise: exp without a library call, and
-// sums in eight fixed lanes (the order of additions depends only on the length, so results
+// Loop building blocks that the compiler can vectorise: exp and log without a library call, and
+// sums in eight or sixteen fixed lanes (the order of additions depends only on the length, so results
 // stay bit-identical for any thread count).
 #pragma once
 
@@ -89,28 +89,43 @@ inline T vexp(T x) {
   }
 }
 
-/// Σ x[i] for i < n, accumulated in eight lanes then combined in a fixed order.
-template <class T>
+/// The lanes of a sum in L = 8 or 16 lanes combined in a fixed tree (16: lanes k and k + 8
+/// first), then a scalar tail added last: the order of additions depends on the length only.
+template <int L, class T>
+[[gnu::always_inline]] inline T fold_lanes(const T* lane, T tail) {
+  static_assert(L == 8 || L == 16);
+  T l8[8];
+  for (int k = 0; k < 8; ++k) {
+    if constexpr (L == 16) l8[k] = lane[k] + lane[k + 8];
+    else l8[k] = lane[k];
+  }
+  return ((l8[0] + l8[1]) + (l8[2] + l8[3])) + ((l8[4] + l8[5]) + (l8[6] + l8[7])) + tail;
+}
+
+/// Σ x[i] for i < n, accumulated in L lanes (element i in lane i mod L, the elements past the
+/// last whole group in a tail) then combined by fold_lanes. Sixteen lanes where rows are short
+/// and the sum is on the critical path (layer norm: a row of 64 is four dependent adds per lane).
+template <int L = 8, class T>
 inline T lane_sum(const T* x, std::int64_t n) {
-  T lane[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  T lane[L] = {};
   std::int64_t i = 0;
-  for (; i + 8 <= n; i += 8)
-    for (int k = 0; k < 8; ++k) lane[k] += x[i + k];
+  for (; i + L <= n; i += L)
+    for (int k = 0; k < L; ++k) lane[k] += x[i + k];
   T tail = 0;
   for (; i < n; ++i) tail += x[i];
-  return ((lane[0] + lane[1]) + (lane[2] + lane[3])) + ((lane[4] + lane[5]) + (lane[6] + lane[7])) + tail;
+  return fold_lanes<L>(lane, tail);
 }
 
 /// Σ x[i]·y[i] for i < n, in eight lanes.
 template <class T>
 inline T lane_dot(const T* x, const T* y, std::int64_t n) {
-  T lane[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  T lane[8] = {};
   std::int64_t i = 0;
   for (; i + 8 <= n; i += 8)
     for (int k = 0; k < 8; ++k) lane[k] += x[i + k] * y[i + k];
   T tail = 0;
   for (; i < n; ++i) tail += x[i] * y[i];
-  return ((lane[0] + lane[1]) + (lane[2] + lane[3])) + ((lane[4] + lane[5]) + (lane[6] + lane[7])) + tail;
+  return fold_lanes<8>(lane, tail);
 }
 
 /// max x[i] for i < n (n ≥ 1); −∞ stays −∞, NaN is skipped. Two GCC vectors of 32 bytes in
