@@ -38,7 +38,7 @@ constexpr i64 max_n = 1024, max_k = 1024;
 // epilogue of every tile and GEMV.
 [[gnu::target("avx512f"), gnu::always_inline]] inline void put_lanes(float* c, __m512 sum, float alpha, float beta,
                                                                    __mmask16 keep) {
-  __m512 x = _mm512_mul_ps(_mm512_set1_ps(alpha), sum);
+  __m512 x = alpha == 1.f ? sum : _mm512_mul_ps(_mm512_set1_ps(alpha), sum);  // the same bits
   if (beta != 0.f) x = _mm512_fmadd_ps(_mm512_set1_ps(beta), _mm512_maskz_loadu_ps(keep, c), x);
   _mm512_mask_storeu_ps(c, keep, x);
 }
