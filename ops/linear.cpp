@@ -1,12 +1,14 @@
 // Fused linear kernels. See ops/fused_linear.hpp for the math; the products are matmul's
 // (gemm_chunks.hpp), with the same row chunks, so a fused linear gives the unfused bits.
 #include <cmath>
+#include <type_traits>
 
 #include "fused_linear.hpp"
 #include "gemm_chunks.hpp"
 #include "parallel.hpp"
 #include "pass_gradient.hpp"
 #include "reduce.hpp"
+#include "sgemm_avx512.hpp"
 #include "vector_isa.hpp"
 
 namespace loom::ops {
@@ -72,6 +74,23 @@ LOOM_VECTOR_CLONES void activation_slope(linear_params::act_t act, const T* __re
     for (std::int64_t i = i0; i < i1; ++i) out[i] = dy[i] * gelu_slope(out[i]);
 }
 
+// y [rows, n] = x [rows, k] · wᵀ with the epilogue (bias, relu, residual) applied by loom's GEMM
+// to each tile while it is in registers, instead of a pass over y after the product: when the
+// product is loom's kernel's (float, AVX-512, more than one row — one row is a GEMV) and the
+// activation is none or relu (gelu's z must be saved; erf stays in the loop above). The same
+// operations in the same order: the same bits. False, having done nothing, otherwise.
+template <class T>
+bool in_tiles(linear_params::act_t act, std::int64_t rows, std::int64_t n, std::int64_t k, const T* x, const T* w,
+              const T* b, const T* res, T* y) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (act == linear_params::gelu || rows < 2 || !sgemm_avx512_takes(false, true, rows, n, k)) return false;
+    return sgemm_avx512(false, true, rows, n, k, 1.f, x, k, w, k, 0.f, y, n,
+                        gemm_epilogue{b, act == linear_params::relu, res, n});
+  } else {
+    return false;
+  }
+}
+
 struct sizes {
   std::int64_t rows, k, n;
 };
@@ -103,6 +122,7 @@ void linear_kernel<T>::forward(const op_args<T>& a) {
   for_chunks(chunks, 1, [&](std::int64_t c0, std::int64_t c1) {
     for (std::int64_t ch = c0; ch < c1; ++ch) {
       const std::int64_t r0 = ch * grain, r1 = std::min(rows, r0 + grain);
+      if (in_tiles(act, r1 - r0, n, k, x + r0 * k, w, b, res ? res + r0 * n : nullptr, y + r0 * n)) continue;
       gemm<T>(false, true, r1 - r0, n, k, T(1), x + r0 * k, k, w, k, T(0), y + r0 * n, n);
       epilogue(act, y, z_saved, b, res, r0, r1, n);  // while the rows are in cache
     }

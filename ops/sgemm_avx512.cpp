@@ -36,10 +36,35 @@ constexpr i64 max_n = 1024, max_k = 1024;
 
 // c[j] = alpha · sum + beta · c[j] for the lanes of `keep` (c not read when beta is 0): the
 // epilogue of every tile and GEMV.
-[[gnu::target("avx512f"), gnu::always_inline]] inline void put_lanes(float* c, __m512 sum, float alpha, float beta,
-                                                                   __mmask16 keep) {
+[[gnu::target("avx512f"), gnu::always_inline]] inline __m512 scaled(const float* c, __m512 sum, float alpha, float beta,
+                                                                  __mmask16 keep) {
   __m512 x = alpha == 1.f ? sum : _mm512_mul_ps(_mm512_set1_ps(alpha), sum);  // the same bits
   if (beta != 0.f) x = _mm512_fmadd_ps(_mm512_set1_ps(beta), _mm512_maskz_loadu_ps(keep, c), x);
+  return x;
+}
+[[gnu::target("avx512f"), gnu::always_inline]] inline void put_lanes(float* c, __m512 sum, float alpha, float beta,
+                                                                   __mmask16 keep) {
+  _mm512_mask_storeu_ps(c, keep, scaled(c, sum, alpha, beta, keep));
+}
+
+// The caller's gemm_epilogue for one tile: bias from the tile's first column, residual from its
+// first element.
+struct tile_epilogue {
+  const float* bias;
+  bool relu;
+  const float* residual;
+  i64 ldr;
+};
+
+// put_lanes, then the epilogue's bias, relu and residual for row r, columns j.. of the tile
+// (max(0, y) as std::max(y, 0): y itself when y is NaN or −0).
+[[gnu::target("avx512f"), gnu::always_inline]] inline void put_lanes(float* c, __m512 sum, float alpha, float beta,
+                                                                   __mmask16 keep, const tile_epilogue& e, i64 r,
+                                                                   i64 j) {
+  __m512 x = scaled(c, sum, alpha, beta, keep);
+  if (e.bias) x = _mm512_add_ps(x, _mm512_maskz_loadu_ps(keep, e.bias + j));
+  if (e.relu) x = _mm512_max_ps(_mm512_setzero_ps(), x);
+  if (e.residual) x = _mm512_add_ps(x, _mm512_maskz_loadu_ps(keep, e.residual + r * e.ldr + j));
   _mm512_mask_storeu_ps(c, keep, x);
 }
 
@@ -49,7 +74,7 @@ constexpr i64 max_n = 1024, max_k = 1024;
 template <int R, int NV>
 [[gnu::target("avx512f"), gnu::always_inline]] inline void tile(const float* a, i64 a_row, i64 a_k, const float* b,
                                                                 i64 ldb, i64 k, float* c, i64 ldc, float alpha,
-                                                                float beta, __mmask16 last) {
+                                                                float beta, __mmask16 last, const tile_epilogue& e) {
   __m512 acc[R][NV];
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r)
@@ -72,21 +97,22 @@ template <int R, int NV>
   for (int r = 0; r < R; ++r)
 #pragma GCC unroll 2
     for (int v = 0; v < NV; ++v)
-      put_lanes(c + r * ldc + 16 * v, acc[r][v], alpha, beta, v == NV - 1 ? last : __mmask16(0xFFFF));
+      put_lanes(c + r * ldc + 16 * v, acc[r][v], alpha, beta, v == NV - 1 ? last : __mmask16(0xFFFF), e, r, 16 * v);
 }
 
 template <int NV>
 [[gnu::target("avx512f")]] void tile_rows(int rows, const float* a, i64 a_row, i64 a_k, const float* b, i64 ldb, i64 k,
-                                          float* c, i64 ldc, float alpha, float beta, __mmask16 last) {
+                                          float* c, i64 ldc, float alpha, float beta, __mmask16 last,
+                                          const tile_epilogue& e) {
   switch (rows) {
-    case 8: return tile<8, NV>(a, a_row, a_k, b, ldb, k, c, ldc, alpha, beta, last);
-    case 7: return tile<7, NV>(a, a_row, a_k, b, ldb, k, c, ldc, alpha, beta, last);
-    case 6: return tile<6, NV>(a, a_row, a_k, b, ldb, k, c, ldc, alpha, beta, last);
-    case 5: return tile<5, NV>(a, a_row, a_k, b, ldb, k, c, ldc, alpha, beta, last);
-    case 4: return tile<4, NV>(a, a_row, a_k, b, ldb, k, c, ldc, alpha, beta, last);
-    case 3: return tile<3, NV>(a, a_row, a_k, b, ldb, k, c, ldc, alpha, beta, last);
-    case 2: return tile<2, NV>(a, a_row, a_k, b, ldb, k, c, ldc, alpha, beta, last);
-    default: return tile<1, NV>(a, a_row, a_k, b, ldb, k, c, ldc, alpha, beta, last);
+    case 8: return tile<8, NV>(a, a_row, a_k, b, ldb, k, c, ldc, alpha, beta, last, e);
+    case 7: return tile<7, NV>(a, a_row, a_k, b, ldb, k, c, ldc, alpha, beta, last, e);
+    case 6: return tile<6, NV>(a, a_row, a_k, b, ldb, k, c, ldc, alpha, beta, last, e);
+    case 5: return tile<5, NV>(a, a_row, a_k, b, ldb, k, c, ldc, alpha, beta, last, e);
+    case 4: return tile<4, NV>(a, a_row, a_k, b, ldb, k, c, ldc, alpha, beta, last, e);
+    case 3: return tile<3, NV>(a, a_row, a_k, b, ldb, k, c, ldc, alpha, beta, last, e);
+    case 2: return tile<2, NV>(a, a_row, a_k, b, ldb, k, c, ldc, alpha, beta, last, e);
+    default: return tile<1, NV>(a, a_row, a_k, b, ldb, k, c, ldc, alpha, beta, last, e);
   }
 }
 
@@ -158,7 +184,8 @@ bool sgemm_avx512_takes(bool trans_a, bool trans_b, std::int64_t m, std::int64_t
 }
 
 bool sgemm_avx512(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k, float alpha, const float* a,
-                std::int64_t lda, const float* b, std::int64_t ldb, float beta, float* c, std::int64_t ldc) {
+                std::int64_t lda, const float* b, std::int64_t ldb, float beta, float* c, std::int64_t ldc,
+                const gemm_epilogue& epilogue) {
   if (!sgemm_avx512_takes(trans_a, trans_b, m, n, k)) return false;
   constexpr i64 panel_cols = 32, tile_rows_max = 8;
   // op(B) is copied panel by panel ([K, 32], the last [K, 16] or [K, 32], zero-padded past N)
@@ -181,8 +208,11 @@ bool sgemm_avx512(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, st
     const i64 ld = pack ? width : ldb;
     for (i64 i0 = 0; i0 < m; i0 += tile_rows_max) {
       const int rows = static_cast<int>(std::min(tile_rows_max, m - i0));
-      if (width == 32) tile_rows<2>(rows, a + i0 * a_row, a_row, a_k, panel, ld, k, c + i0 * ldc + j0, ldc, alpha, beta, last);
-      else tile_rows<1>(rows, a + i0 * a_row, a_row, a_k, panel, ld, k, c + i0 * ldc + j0, ldc, alpha, beta, last);
+      const tile_epilogue e{epilogue.bias ? epilogue.bias + j0 : nullptr, epilogue.relu,
+                            epilogue.residual ? epilogue.residual + i0 * epilogue.ldr + j0 : nullptr, epilogue.ldr};
+      if (width == 32)
+        tile_rows<2>(rows, a + i0 * a_row, a_row, a_k, panel, ld, k, c + i0 * ldc + j0, ldc, alpha, beta, last, e);
+      else tile_rows<1>(rows, a + i0 * a_row, a_row, a_k, panel, ld, k, c + i0 * ldc + j0, ldc, alpha, beta, last, e);
     }
   }
   return true;
@@ -258,7 +288,7 @@ bool sgemv_avx512(bool, std::int64_t, std::int64_t, float, const float*, const f
 }
 bool sgemm_avx512_takes(bool, bool, std::int64_t, std::int64_t, std::int64_t) { return false; }
 bool sgemm_avx512(bool, bool, std::int64_t, std::int64_t, std::int64_t, float, const float*, std::int64_t, const float*,
-                std::int64_t, float, float*, std::int64_t) {
+                std::int64_t, float, float*, std::int64_t, const gemm_epilogue&) {
   return false;
 }
 

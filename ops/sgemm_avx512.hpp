@@ -26,7 +26,19 @@ bool sgemm_avx512_takes(bool trans_a, bool trans_b, std::int64_t m, std::int64_t
 bool sgemv_avx512(bool trans_b, std::int64_t n, std::int64_t k, float alpha, const float* x, const float* b,
                   std::int64_t ldb, float beta, float* c);
 
+/// What sgemm_avx512 does to each element of C after alpha · sum + beta · c and before storing
+/// it, while the tile is in registers (the fused linear's epilogue: no second pass over C):
+/// y = max(0, y + bias[j]) (relu) or (y + bias[j]) + residual[i · ldr + j], in that order — the
+/// same operations, so the same bits, as doing them over C afterwards. Null pointers: skipped.
+struct gemm_epilogue {
+  const float* bias = nullptr;
+  bool relu = false;
+  const float* residual = nullptr;
+  std::int64_t ldr = 0;
+};
+
 bool sgemm_avx512(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k, float alpha, const float* a,
-                std::int64_t lda, const float* b, std::int64_t ldb, float beta, float* c, std::int64_t ldc);
+                std::int64_t lda, const float* b, std::int64_t ldb, float beta, float* c, std::int64_t ldc,
+                const gemm_epilogue& epilogue = {});
 
 }  // namespace loom::ops

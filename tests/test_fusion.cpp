@@ -330,6 +330,15 @@ TEST_CASE("a residual added to a linear layer joins its node, either order, with
     auto pd = g.make_params<double>(8);  // and against finite differences, in double
     test::require_gradcheck(g, pd, {{"x", test::random_tensor<double>({2, 3, D}, 45)}}, {.fuse = 1});
   }
+  SECTION("layers of 40 and 48 outputs, whose bias, relu and residual loom's GEMM adds in its tiles") {
+    // (float, AVX-512: 16 or more outputs and more than one row; the layers above have 8 and
+    // 24) 40 = a panel of 32 and a ragged one, 210 rows = tiles of 8 and a ragged one
+    using XW = input_node<"x", shape<dyn<"B">, dyn<"T">, fix<40>>>;
+    auto h = XW{} + nn::linear<"l0", 40>(XW{});
+    const auto g = make_graph(sum(h + nn::linear<"l2", 40>(relu(nn::linear<"l1", 48>(h)))));
+    same(g, 2, 0, {{"x", test::random_tensor<float>({3, 70, 40}, 46)}});
+    same(make_graph(sum(relu(nn::linear<"l", 40>(XW{})))), 0, 0, {{"x", test::random_tensor<float>({3, 70, 40}, 47)}});
+  }
   SECTION("a broadcast residual stays an add after a plain linear") {
     same(make_graph(sum(nn::linear<"l", D>(X{}) + Row{})), 0, 1, {{"x", x}, {"row", row}});
   }
