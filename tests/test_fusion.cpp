@@ -255,9 +255,24 @@ TEST_CASE("fused linear layers (bias, relu, gelu epilogues) give the unfused bit
     all.insert(all.end(), gx.data, gx.data + gx.size());
     return std::make_pair(all, ops_of(ex.plan()));
   };
-  for (int relu_or_gelu = 0; relu_or_gelu < 2; ++relu_or_gelu) {
-    const auto [fused, fused_ops] = relu_or_gelu == 0 ? bits(ffn_relu, true) : bits(ffn_gelu, true);
-    const auto [unfused, unfused_ops] = relu_or_gelu == 0 ? bits(ffn_relu, false) : bits(ffn_gelu, false);
+  // 280 hidden units: the bias and relu added in loom's GEMM tiles (a ragged panel of 24
+  // columns, 210 rows: a ragged tile of 2), the bias sums over 4 groups of 64 columns, a tile
+  // of 16 and a scalar tail of 8
+  auto wide_relu = make_graph(sum(nn::linear<"l2", D>(relu(nn::linear<"l1", 280>(X{})))));
+  auto wide_gelu = make_graph(sum(nn::linear<"l2", D>(gelu(nn::linear<"l1", 280>(X{})))));
+  for (int kind = 0; kind < 4; ++kind) {
+    const int relu_or_gelu = kind % 2;
+    INFO((kind < 2 ? "24" : "280") << " hidden units, " << (relu_or_gelu ? "gelu" : "relu"));
+    auto run = [&](bool fuse) {
+      switch (kind) {
+        case 0: return bits(ffn_relu, fuse);
+        case 1: return bits(ffn_gelu, fuse);
+        case 2: return bits(wide_relu, fuse);
+        default: return bits(wide_gelu, fuse);
+      }
+    };
+    const auto [fused, fused_ops] = run(true);
+    const auto [unfused, unfused_ops] = run(false);
     CHECK(fused_ops.count(relu_or_gelu == 0 ? "linear_relu" : "linear_gelu") == 1);
     CHECK(fused_ops.count("linear") == 1);
     CHECK(fused_ops.count("add") == 0);
