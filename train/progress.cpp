@@ -118,22 +118,30 @@ void progress_line::finish() {
 }
 
 csv_log::csv_log(const std::string& path, std::vector<std::string> columns)
-    : csv_log(path, std::move(columns), append_tag{}) {
-  out_.close();
-  out_.open(path, std::ios::out | std::ios::trunc);
-  if (!out_) throw io_error("csv_log: cannot open \"" + path + "\" for writing");
-  out_ << header() << std::flush;
-  if (!out_) throw io_error("csv_log: cannot write the header to \"" + path + "\"");
+    : path_(path), columns_(std::move(columns)) {
+  check_columns();
+  // the header as a whole new file (written, then renamed over the path): a crash leaves the
+  // old file or the header, never an empty file (an ofstream creates the file before it writes)
+  detail::write_file_atomically(path, header(), "csv_log");
+  open_for_append();
 }
 
 csv_log::csv_log(const std::string& path, std::vector<std::string> columns, append_tag)
     : path_(path), columns_(std::move(columns)) {
-  if (columns_.empty()) throw value_error("csv_log \"" + path + "\": no columns given");
+  check_columns();
+  open_for_append();
+}
+
+void csv_log::check_columns() const {
+  if (columns_.empty()) throw value_error("csv_log \"" + path_ + "\": no columns given");
   for (const auto& c : columns_)
     if (c.find_first_of(",\"\r\n") != std::string::npos)
-      throw value_error("csv_log \"" + path + "\": column name \"" + c + "\" holds a comma, quote or newline");
-  out_.open(path, std::ios::out | std::ios::app);
-  if (!out_) throw io_error("csv_log: cannot open \"" + path + "\" for writing");
+      throw value_error("csv_log \"" + path_ + "\": column name \"" + c + "\" holds a comma, quote or newline");
+}
+
+void csv_log::open_for_append() {
+  out_.open(path_, std::ios::out | std::ios::app);
+  if (!out_) throw io_error("csv_log: cannot open \"" + path_ + "\" for writing");
 }
 
 std::string csv_log::header() const {

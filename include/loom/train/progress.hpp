@@ -76,8 +76,10 @@ class progress_line {
 /// validation); numbers in shortest round-trip form.
 class csv_log {
  public:
-  /// Creates (truncates) the file and writes the header. Throws io_error if it cannot be
-  /// written, value_error if there are no columns or a name holds ',', '"' or a newline.
+  /// Creates (replaces) the file with the header, atomically: a crash leaves the old file or
+  /// the header, never an empty or partial one. Throws io_error if it cannot be written,
+  /// value_error if there are no columns or a name holds ',', '"' or a newline (before touching
+  /// the file).
   csv_log(const std::string& path, std::vector<std::string> columns);
   /// Continues the log of a run resumed at `last_step`: keeps the header and the rows whose
   /// first column is at most last_step (later rows, written after the checkpoint the run
@@ -96,6 +98,8 @@ class csv_log {
  private:
   struct append_tag {};
   csv_log(const std::string& path, std::vector<std::string> columns, append_tag);
+  void check_columns() const;
+  void open_for_append();
   std::string header() const;
   std::string path_;
   std::vector<std::string> columns_;
