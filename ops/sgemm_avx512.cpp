@@ -47,19 +47,11 @@ constexpr i64 max_n = 1024, max_k = 1024;
   _mm512_mask_storeu_ps(c, keep, scaled(c, sum, alpha, beta, keep));
 }
 
-// The caller's gemm_epilogue for one tile: bias from the tile's first column, residual from its
-// first element.
-struct tile_epilogue {
-  const float* bias;
-  bool relu;
-  const float* residual;
-  i64 ldr;
-};
-
-// put_lanes, then the epilogue's bias, relu and residual for row r, columns j.. of the tile
-// (max(0, y) as std::max(y, 0): y itself when y is NaN or −0).
+// put_lanes, then the epilogue's bias, relu and residual for row r, columns j.. of a tile, e's
+// pointers at the tile's first column and first element (max(0, y) as std::max(y, 0): y
+// itself when y is NaN or −0).
 [[gnu::target("avx512f"), gnu::always_inline]] inline void put_lanes(float* c, __m512 sum, float alpha, float beta,
-                                                                   __mmask16 keep, const tile_epilogue& e, i64 r,
+                                                                   __mmask16 keep, const gemm_epilogue& e, i64 r,
                                                                    i64 j) {
   __m512 x = scaled(c, sum, alpha, beta, keep);
   if (e.bias) x = _mm512_add_ps(x, _mm512_maskz_loadu_ps(keep, e.bias + j));
@@ -74,7 +66,7 @@ struct tile_epilogue {
 template <int R, int NV>
 [[gnu::target("avx512f"), gnu::always_inline]] inline void tile(const float* a, i64 a_row, i64 a_k, const float* b,
                                                                 i64 ldb, i64 k, float* c, i64 ldc, float alpha,
-                                                                float beta, __mmask16 last, const tile_epilogue& e) {
+                                                                float beta, __mmask16 last, const gemm_epilogue& e) {
   __m512 acc[R][NV];
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r)
@@ -103,7 +95,7 @@ template <int R, int NV>
 template <int NV>
 [[gnu::target("avx512f")]] void tile_rows(int rows, const float* a, i64 a_row, i64 a_k, const float* b, i64 ldb, i64 k,
                                           float* c, i64 ldc, float alpha, float beta, __mmask16 last,
-                                          const tile_epilogue& e) {
+                                          const gemm_epilogue& e) {
   switch (rows) {
     case 8: return tile<8, NV>(a, a_row, a_k, b, ldb, k, c, ldc, alpha, beta, last, e);
     case 7: return tile<7, NV>(a, a_row, a_k, b, ldb, k, c, ldc, alpha, beta, last, e);
@@ -208,7 +200,7 @@ bool sgemm_avx512(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, st
     const i64 ld = pack ? width : ldb;
     for (i64 i0 = 0; i0 < m; i0 += tile_rows_max) {
       const int rows = static_cast<int>(std::min(tile_rows_max, m - i0));
-      const tile_epilogue e{epilogue.bias ? epilogue.bias + j0 : nullptr, epilogue.relu,
+      const gemm_epilogue e{epilogue.bias ? epilogue.bias + j0 : nullptr, epilogue.relu,
                             epilogue.residual ? epilogue.residual + i0 * epilogue.ldr + j0 : nullptr, epilogue.ldr};
       if (width == 32)
         tile_rows<2>(rows, a + i0 * a_row, a_row, a_k, panel, ld, k, c + i0 * ldc + j0, ldc, alpha, beta, last, e);
