@@ -157,6 +157,16 @@ TEST_CASE("resuming a log whose header is another's is refused, and a missing lo
   }
   CHECK_THAT(message_of([&] { csv_log::resume(path, {"step", "loss"}, 10); }),
              Catch::Contains("not the header \"step,loss\""));
+  // bad column names are refused before the file is touched: a log whose header holds such a
+  // name (written by hand) keeps its rows past the step, which a rewrite would have dropped
+  const std::string quoted = dir.file("quoted.csv");
+  {
+    std::ofstream out(quoted, std::ios::binary);
+    out << "step,lo\"ss\n1,0.5\n2,0.25\n";
+  }
+  CHECK_THROWS_AS(csv_log::resume(quoted, {"step", "lo\"ss"}, 1), value_error);
+  const auto untouched = test::read_bytes(quoted);
+  CHECK(std::string(untouched.begin(), untouched.end()) == "step,lo\"ss\n1,0.5\n2,0.25\n");
   const std::string fresh = dir.file("fresh.csv");
   std::vector<std::vector<double>> kept{{1.0}};
   {

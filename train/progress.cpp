@@ -119,24 +119,23 @@ void progress_line::finish() {
 
 csv_log::csv_log(const std::string& path, std::vector<std::string> columns)
     : path_(path), columns_(std::move(columns)) {
-  check_columns();
+  check_columns(path_, columns_);
   // the header as a whole new file (written, then renamed over the path): a crash leaves the
   // old file or the header, never an empty file (an ofstream creates the file before it writes)
-  detail::write_file_atomically(path, header(), "csv_log");
+  detail::write_file_atomically(path_, header_line(columns_) + '\n', "csv_log");
   open_for_append();
 }
 
 csv_log::csv_log(const std::string& path, std::vector<std::string> columns, append_tag)
     : path_(path), columns_(std::move(columns)) {
-  check_columns();
-  open_for_append();
+  open_for_append();  // resume() checked the columns before touching the file
 }
 
-void csv_log::check_columns() const {
-  if (columns_.empty()) throw value_error("csv_log \"" + path_ + "\": no columns given");
-  for (const auto& c : columns_)
+void csv_log::check_columns(const std::string& path, const std::vector<std::string>& columns) {
+  if (columns.empty()) throw value_error("csv_log \"" + path + "\": no columns given");
+  for (const auto& c : columns)
     if (c.find_first_of(",\"\r\n") != std::string::npos)
-      throw value_error("csv_log \"" + path_ + "\": column name \"" + c + "\" holds a comma, quote or newline");
+      throw value_error("csv_log \"" + path + "\": column name \"" + c + "\" holds a comma, quote or newline");
 }
 
 void csv_log::open_for_append() {
@@ -144,25 +143,25 @@ void csv_log::open_for_append() {
   if (!out_) throw io_error("csv_log: cannot open \"" + path_ + "\" for writing");
 }
 
-std::string csv_log::header() const {
+std::string csv_log::header_line(const std::vector<std::string>& columns) {
   std::string h;
-  for (std::size_t i = 0; i < columns_.size(); ++i) h += (i ? "," : "") + columns_[i];
-  return h + '\n';
+  for (std::size_t i = 0; i < columns.size(); ++i) h += (i ? "," : "") + columns[i];
+  return h;
 }
 
 csv_log csv_log::resume(const std::string& path, std::vector<std::string> columns, double last_step,
                         std::vector<std::vector<double>>* kept) {
+  check_columns(path, columns);  // before the file is rewritten
   if (kept) kept->clear();
   std::ifstream in(path, std::ios::binary);
   if (!in) return csv_log(path, std::move(columns));
   const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  std::string header_line;
-  for (std::size_t i = 0; i < columns.size(); ++i) header_line += (i ? "," : "") + columns[i];
+  const std::string header = header_line(columns);
   const std::string where = "csv_log: resuming \"" + path + "\": ";
-  if (text.compare(0, header_line.size() + 1, header_line + '\n') != 0)
-    throw io_error(where + "its first line is not the header \"" + header_line + "\"");
-  std::string keep = header_line + '\n';
-  std::size_t pos = header_line.size() + 1, line_number = 1;
+  if (text.compare(0, header.size() + 1, header + '\n') != 0)
+    throw io_error(where + "its first line is not the header \"" + header + "\"");
+  std::string keep = header + '\n';
+  std::size_t pos = header.size() + 1, line_number = 1;
   for (std::size_t end; (end = text.find('\n', pos)) != std::string::npos; pos = end + 1) {
     ++line_number;
     const std::string_view line(text.data() + pos, end - pos);

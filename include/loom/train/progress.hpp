@@ -86,7 +86,8 @@ class csv_log {
   /// resumes from, and a last line cut short by a crash are dropped), rewrites the file whole
   /// (atomically) and appends to it. A missing file starts a new log. Stores the kept rows in
   /// *kept (empty cells as NaN) when given. Throws io_error if the file's header is not
-  /// `columns` or a kept row is not numbers, one per column.
+  /// `columns` or a kept row is not numbers, one per column, value_error for columns the
+  /// constructor refuses; the file is left as it was then.
   static csv_log resume(const std::string& path, std::vector<std::string> columns, double last_step,
                         std::vector<std::vector<double>>* kept = nullptr);
   /// Appends one row; throws value_error unless there is one value per column, io_error if the
@@ -98,9 +99,9 @@ class csv_log {
  private:
   struct append_tag {};
   csv_log(const std::string& path, std::vector<std::string> columns, append_tag);
-  void check_columns() const;
+  static void check_columns(const std::string& path, const std::vector<std::string>& columns);
+  static std::string header_line(const std::vector<std::string>& columns);  // without its newline
   void open_for_append();
-  std::string header() const;
   std::string path_;
   std::vector<std::string> columns_;
   std::ofstream out_;
