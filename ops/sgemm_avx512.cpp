@@ -263,27 +263,46 @@ namespace {
   if (j < n) dot_group(j, static_cast<int>(n - j), k, alpha, x, b, ldb, beta, c);
 }
 
-// c[j] = Σ_k x[k] · b[k, j] (b [K, N]): 64 columns at a time (16 at the ragged end), four
-// vectors of sums over k in order.
+// s[v] += x_k · row[16 v ..]: V vectors, the last masked by `last` when Tail.
+template <int V, bool Tail>
+[[gnu::target("avx512f"), gnu::always_inline]] inline void combine_step(__m512 (&s)[V], float xk, const float* row,
+                                                                      __mmask16 last) {
+  const __m512 xv = _mm512_set1_ps(xk);
+#pragma GCC unroll 4
+  for (int v = 0; v < V; ++v)
+    s[v] = _mm512_fmadd_ps(xv, Tail && v == V - 1 ? _mm512_maskz_loadu_ps(last, row + 16 * v) : _mm512_loadu_ps(row + 16 * v),
+                           s[v]);
+}
+
+// Columns j.. of combine_rows' c: V vectors of 16, the last masked by `last` when Tail, each
+// summed over k in order. The vectors of a group share one pass over k: a vector on its own is
+// one chain of multiply-adds, each waiting ~4 cycles for the one before (decoding's attention,
+// p · V with 32 columns, was two such passes).
+template <int V, bool Tail>
+[[gnu::target("avx512f"), gnu::always_inline]] inline void combine_group(i64 j, __mmask16 last, i64 k, float alpha,
+                                                                       const float* x, const float* b, i64 ldb,
+                                                                       float beta, float* c) {
+  __m512 s[V];
+#pragma GCC unroll 4
+  for (int v = 0; v < V; ++v) s[v] = _mm512_setzero_ps();
+  for (i64 kk = 0; kk < k; ++kk) combine_step<V, Tail>(s, x[kk], b + kk * ldb + j, last);
+#pragma GCC unroll 4
+  for (int v = 0; v < V; ++v) put_lanes(c + j + 16 * v, s[v], alpha, beta, Tail && v == V - 1 ? last : __mmask16(0xFFFF));
+}
+
+// c[j] = Σ_k x[k] · b[k, j] (b [K, N]): 64 columns at a time, then the 1 to 63 left.
 [[gnu::target("avx512f")]] void combine_rows(i64 n, i64 k, float alpha, const float* x, const float* b, i64 ldb,
                                              float beta, float* c) {
   i64 j = 0;
-  for (; j + 64 <= n; j += 64) {
-    __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
-    for (i64 kk = 0; kk < k; ++kk) {
-      const __m512 xv = _mm512_set1_ps(x[kk]);
-      const float* row = b + kk * ldb + j;
-#pragma GCC unroll 4
-      for (int v = 0; v < 4; ++v) acc[v] = _mm512_fmadd_ps(xv, _mm512_loadu_ps(row + 16 * v), acc[v]);
-    }
-    for (int v = 0; v < 4; ++v) put_lanes(c + j + 16 * v, acc[v], alpha, beta, 0xFFFF);
-  }
-  for (; j < n; j += 16) {
-    const __mmask16 keep = static_cast<__mmask16>(n - j >= 16 ? 0xFFFFu : (1u << (n - j)) - 1);
-    __m512 acc = _mm512_setzero_ps();
-    for (i64 kk = 0; kk < k; ++kk)
-      acc = _mm512_fmadd_ps(_mm512_set1_ps(x[kk]), _mm512_maskz_loadu_ps(keep, b + kk * ldb + j), acc);
-    put_lanes(c + j, acc, alpha, beta, keep);
+  for (; j + 64 <= n; j += 64) combine_group<4, false>(j, 0xFFFF, k, alpha, x, b, ldb, beta, c);
+  const i64 left = n - j;
+  const __mmask16 last = static_cast<__mmask16>(left % 16 ? (1u << (left % 16)) - 1 : 0xFFFFu);
+  switch ((left + 15) / 16) {
+    case 1: combine_group<1, true>(j, last, k, alpha, x, b, ldb, beta, c); break;
+    case 2: combine_group<2, true>(j, last, k, alpha, x, b, ldb, beta, c); break;
+    case 3: combine_group<3, true>(j, last, k, alpha, x, b, ldb, beta, c); break;
+    case 4: combine_group<4, true>(j, last, k, alpha, x, b, ldb, beta, c); break;
+    default: break;  // none left
   }
 }
 
