@@ -2,7 +2,10 @@
 // the full model; sampling is reproducible and follows softmax(logits / temperature).
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
+#include <limits>
+#include <random>
 
 #include "loom/loom.hpp"
 #include "loom/nn/generate.hpp"
@@ -94,6 +97,39 @@ TEST_CASE("pick_token samples from softmax(logits / temperature), restricted to 
   CHECK(counts[0] == 0);  // outside the top 2
   CHECK(std::abs(counts[2] / double(n) - 0.6) < 0.01);
   CHECK(nn::pick_token<double>(logits, 0.0, 0, 0.99) == 2);
+}
+
+// Greedy pick_token finds the first largest logit itself (vector lanes, then a search); it must
+// return what std::max_element returns for every length, tie, NaN, signed zero and infinity.
+template <class T>
+void greedy_matches_max_element() {
+  const T nan = std::numeric_limits<T>::quiet_NaN(), inf = std::numeric_limits<T>::infinity();
+  const std::vector<T> specials{nan, inf, -inf, T(0), -T(0), T(1), T(-1), T(2)};
+  std::mt19937 gen(7);
+  int checked = 0;
+  for (std::size_t n : {1, 2, 3, 7, 8, 9, 15, 16, 17, 31, 33, 64, 100, 1000})
+    for (int trial = 0; trial < 60; ++trial) {
+      // few distinct values, so that ties are common
+      std::vector<T> x(n);
+      for (auto& v : x) v = static_cast<T>(static_cast<int>(gen() % 7) - 3);
+      const int extra = trial % 6;  // 0 to 5 special values at random places
+      for (int e = 0; e < extra; ++e) x[gen() % n] = specials[gen() % specials.size()];
+      if (trial % 10 == 9) x[0] = nan;  // a NaN first wins
+      const auto want = static_cast<int>(std::max_element(x.begin(), x.end()) - x.begin());
+      INFO("n " << n << " trial " << trial);
+      CHECK(nn::pick_token<T>(x, 0.0, 0, 0.0) == want);
+      ++checked;
+    }
+  CHECK(checked == 14 * 60);
+}
+
+TEST_CASE("greedy pick_token returns the index std::max_element does: first of the largest, NaN never larger") {
+  greedy_matches_max_element<float>();
+  greedy_matches_max_element<double>();
+  const std::vector<float> zeros{-0.f, 0.f, -1.f};
+  CHECK(nn::pick_token<float>(zeros, 0.0, 0, 0.0) == 0);  // −0 and +0 are equal: the first
+  const std::vector<float> all_nan(40, std::numeric_limits<float>::quiet_NaN());
+  CHECK(nn::pick_token<float>(all_nan, 0.0, 0, 0.0) == 0);
 }
 
 TEST_CASE("generation that would exceed the cache throws capacity_error before running") {
