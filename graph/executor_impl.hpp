@@ -96,6 +96,7 @@ struct executor<T>::impl {
   std::vector<std::int64_t> off_saved;          // per node with a saved buffer (op_entry::saved_elements)
   std::vector<std::int64_t> off_scratch;        // per node with a backward workspace (op_entry::scratch_elements)
   std::vector<std::int64_t> buffer_offset;      // per planned buffer
+  std::vector<std::int64_t> placed_sizes;       // the buffer sizes buffer_offset was placed for
   std::vector<T, arena_allocator<T>> arena_storage;  // the arena (see arena_allocator)
   T* mem_ptr = nullptr;
   std::int64_t mem_elems = 0;                   // allocated
@@ -122,6 +123,7 @@ struct executor<T>::impl {
   bool same_binding(std::span<const feed> given) const;
 
   void allocate();
+  void place(std::vector<std::int64_t>& sizes);  // (allocate) consumes sizes
   void verify_placement(std::span<const std::int64_t> sizes) const;
   const bool check_placement = std::getenv("LOOM_CHECK_MEMORY_PLAN") != nullptr;
   void place_buffers();
