@@ -85,6 +85,17 @@ TEST_CASE("single-precision gemm matches the double-precision product for every 
           }
 }
 
+TEST_CASE("a one-row product (a GEMV) matches the double-precision product for every k from 1 to 200") {
+  // loom's GEMV sums a row of b in 16-float blocks spread over four partial sums (k >= 64) or
+  // in one (k < 64): every tail of 1 to 63 floats, in every partial sum, is met here
+  for (bool tb : {false, true})
+    for (i64 k = 1; k <= 200; ++k) {
+      const product p{false, tb, 1, 9, k, 1.f, 0.f};
+      INFO("tb " << tb << " k " << k);
+      CHECK(worst_error(p, false) < 1e-5);
+    }
+}
+
 TEST_CASE("gemm scales by alpha, adds beta times C, and does not read C when beta is 0") {
   for (bool ta : {false, true})
     for (bool tb : {false, true})
