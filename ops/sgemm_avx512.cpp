@@ -35,6 +35,11 @@ using i64 = std::int64_t;
 // The largest N and K it takes (see sgemm_avx512.hpp).
 constexpr i64 max_n = 1024, max_k = 1024;
 
+// The first w lanes of a vector of 16 (none for w <= 0, all for w >= 16).
+inline __mmask16 first_lanes(i64 w) { return static_cast<__mmask16>(w >= 16 ? 0xFFFFu : w <= 0 ? 0u : (1u << w) - 1); }
+// The lanes of the last vector of a row of w >= 1 floats.
+inline __mmask16 last_lanes(i64 w) { return first_lanes((w - 1) % 16 + 1); }
+
 // c[j] = alpha · sum + beta · c[j] for the lanes of `keep` (c not read when beta is 0): the
 // epilogue of every tile and GEMV.
 [[gnu::target("avx512f"), gnu::always_inline]] inline __m512 scaled(const float* c, __m512 sum, float alpha, float beta,
@@ -111,8 +116,7 @@ template <int NV>
 
 // The panel of columns [j0, j0 + w) of op(B) = b ([K, N]), zero-padded to `width` (16 or 32).
 [[gnu::target("avx512f")]] void pack_rows(const float* b, i64 ldb, i64 j0, i64 w, i64 k, float* panel, i64 width) {
-  const __mmask16 first = static_cast<__mmask16>(w >= 16 ? 0xFFFFu : (1u << w) - 1);
-  const __mmask16 second = static_cast<__mmask16>(w >= 32 ? 0xFFFFu : w > 16 ? (1u << (w - 16)) - 1 : 0u);
+  const __mmask16 first = first_lanes(w), second = first_lanes(w - 16);
   for (i64 kk = 0; kk < k; ++kk) {
     const float* src = b + kk * ldb + j0;
     float* out = panel + kk * width;
@@ -194,7 +198,7 @@ bool sgemm_avx512(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, st
   const i64 a_row = trans_a ? 1 : lda, a_k = trans_a ? lda : 1;
   for (i64 j0 = 0; j0 < n; j0 += panel_cols) {
     const i64 w = std::min(panel_cols, n - j0), width = (w + 15) / 16 * 16;
-    const __mmask16 last = static_cast<__mmask16>(w % 16 ? (1u << (w % 16)) - 1 : 0xFFFFu);
+    const __mmask16 last = last_lanes(w);
     if (pack && trans_b) pack_transposed(b, ldb, j0, w, k, buffer.data(), width);
     else if (pack) pack_rows(b, ldb, j0, w, k, buffer.data(), width);
     const float* panel = pack ? buffer.data() : b + j0;
@@ -233,34 +237,10 @@ namespace {
   return _mm_add_ps(_mm_shuffle_ps(p01, p23, _MM_SHUFFLE(2, 0, 2, 0)), _mm_shuffle_ps(p01, p23, _MM_SHUFFLE(3, 1, 3, 1)));
 }
 
-// Rows j.. of dot_rows' c, `rows` of them (1 to 4); a short group repeats its last row of b.
-// The four rows' sums are taken side by side, each in 16 lanes over k in order.
-[[gnu::target("avx512f"), gnu::always_inline]] inline void dot_group(i64 j, int rows, i64 k, float alpha, const float* x,
-                                                                   const float* b, i64 ldb, float beta, float* c) {
-  const i64 full = k / 16 * 16;
-  const __mmask16 tail = static_cast<__mmask16>((1u << (k % 16)) - 1);
-  __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
-  const float* b0 = b + j * ldb;
-  const float* br[4];
-  for (int r = 0; r < 4; ++r) br[r] = b0 + std::min(r, rows - 1) * ldb;
-  for (i64 kk = 0; kk < full; kk += 16) {
-    const __m512 xv = _mm512_loadu_ps(x + kk);
-#pragma GCC unroll 4
-    for (int r = 0; r < 4; ++r) acc[r] = _mm512_fmadd_ps(_mm512_loadu_ps(br[r] + kk), xv, acc[r]);
-  }
-  if (tail) {
-    const __m512 xv = _mm512_maskz_loadu_ps(tail, x + full);
-#pragma GCC unroll 4
-    for (int r = 0; r < 4; ++r) acc[r] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(tail, br[r] + full), xv, acc[r]);
-  }
-  put_lanes(c + j, _mm512_zextps128_ps512(add_lanes4(acc)), alpha, beta, static_cast<__mmask16>((1u << rows) - 1));
-}
-
 // s += row[at, at + 16) ⊙ x[at, at + 16), the lanes past k masked off.
 [[gnu::target("avx512f"), gnu::always_inline]] inline __m512 block_fma(const float* row, const float* x, i64 at, i64 k,
                                                                      __m512 s) {
-  const i64 left = k - at;
-  const auto keep = static_cast<__mmask16>(left >= 16 ? 0xFFFFu : (1u << left) - 1);
+  const __mmask16 keep = first_lanes(k - at);
   return _mm512_fmadd_ps(_mm512_maskz_loadu_ps(keep, row + at), _mm512_maskz_loadu_ps(keep, x + at), s);
 }
 
@@ -282,40 +262,54 @@ namespace {
   return _mm512_add_ps(_mm512_add_ps(s0, s1), _mm512_add_ps(s2, s3));
 }
 
-// dot_group for k >= 64: the rows one after the other (row_lanes), so that b is read as one
-// stream. Four rows side by side are four streams 4·ldb bytes apart, which the prefetchers
-// serve worse: the decoding step's nine weight GEMVs (7.3 MB from the last-level cache) took
-// 87 µs so, 81 µs row by row, against 74 µs for reading the bytes alone [AMD EPYC].
-[[gnu::target("avx512f"), gnu::always_inline]] inline void dot_group_rowwise(i64 j, int rows, i64 k, float alpha,
-                                                                           const float* x, const float* b, i64 ldb,
-                                                                           float beta, float* c) {
-  const float* b0 = b + j * ldb;
+// Rows j.. of dot_rows' c, `rows` of them (1 to 4; a short group repeats its last row of b),
+// each summed in 16 lanes, whose lanes add_lanes4 then adds up. RowWise (k >= 64): one row after
+// the other (row_lanes), so that b is read as one stream. Else the four rows side by side, each
+// over k in order: for short rows (the attention's 32 floats) the four sums share one pass.
+// Four rows side by side are four streams 4·ldb bytes apart, which the prefetchers serve worse:
+// the decoding step's nine weight GEMVs (7.3 MB from the last-level cache) took 87 µs so, 81 µs
+// row by row, against 74 µs for reading the bytes alone [AMD EPYC].
+template <bool RowWise>
+[[gnu::target("avx512f"), gnu::always_inline]] inline void dot_group(i64 j, int rows, i64 k, float alpha, const float* x,
+                                                                   const float* b, i64 ldb, float beta, float* c) {
+  const float* br[4];
+  for (int r = 0; r < 4; ++r) br[r] = b + (j + std::min(r, rows - 1)) * ldb;
   __m512 t[4];
+  if constexpr (RowWise) {
 #pragma GCC unroll 4
-  for (int r = 0; r < 4; ++r) t[r] = row_lanes(b0 + std::min(r, rows - 1) * ldb, x, k);
-  put_lanes(c + j, _mm512_zextps128_ps512(add_lanes4(t)), alpha, beta, static_cast<__mmask16>((1u << rows) - 1));
+    for (int r = 0; r < 4; ++r) t[r] = row_lanes(br[r], x, k);
+  } else {
+    for (int r = 0; r < 4; ++r) t[r] = _mm512_setzero_ps();
+    const i64 full = k / 16 * 16;
+    for (i64 kk = 0; kk < full; kk += 16) {
+      const __m512 xv = _mm512_loadu_ps(x + kk);
+#pragma GCC unroll 4
+      for (int r = 0; r < 4; ++r) t[r] = _mm512_fmadd_ps(_mm512_loadu_ps(br[r] + kk), xv, t[r]);
+    }
+    if (const __mmask16 tail = first_lanes(k - full)) {
+      const __m512 xv = _mm512_maskz_loadu_ps(tail, x + full);
+#pragma GCC unroll 4
+      for (int r = 0; r < 4; ++r) t[r] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(tail, br[r] + full), xv, t[r]);
+    }
+  }
+  put_lanes(c + j, _mm512_zextps128_ps512(add_lanes4(t)), alpha, beta, first_lanes(rows));
 }
 
-// c[j] = x · b[j] (rows of b [N, K], dot products), four rows at a time: for k < 64 side by side
-// (dot_group), else row by row (dot_group_rowwise); either way every row's sum depends on k and
-// its own numbers only, so any split of the rows gives the same bits.
+template <bool RowWise>
+[[gnu::target("avx512f")]] void dot_groups(i64 n, i64 k, float alpha, const float* x, const float* b, i64 ldb,
+                                           float beta, float* c) {
+  i64 j = 0;
+  for (; j + 4 <= n; j += 4) dot_group<RowWise>(j, 4, k, alpha, x, b, ldb, beta, c);  // rows a constant
+  if (j < n) dot_group<RowWise>(j, static_cast<int>(n - j), k, alpha, x, b, ldb, beta, c);
+}
+
+// c[j] = x · b[j] (rows of b [N, K], dot products), four rows at a time (dot_group); every row's
+// sum depends on k and its own numbers only, so any split of the rows gives the same bits. Row
+// by row x is read once per row: it is best 64-byte aligned (ops::gemm passes it so).
 [[gnu::target("avx512f")]] void dot_rows(i64 n, i64 k, float alpha, const float* x, const float* b, i64 ldb,
                                          float beta, float* c) {
-  i64 j = 0;
-  if (k >= 64) {
-    // x is read once per row: from a 64-byte boundary, so that no load of it spans two cache
-    // lines (81 vs 96 µs for the decoding step's GEMVs with x 16 bytes past one [AMD EPYC])
-    alignas(64) float aligned[1024];
-    if (reinterpret_cast<std::uintptr_t>(x) % 64 != 0 && k <= 1024) {
-      std::copy(x, x + k, aligned);
-      x = aligned;
-    }
-    for (; j + 4 <= n; j += 4) dot_group_rowwise(j, 4, k, alpha, x, b, ldb, beta, c);
-    if (j < n) dot_group_rowwise(j, static_cast<int>(n - j), k, alpha, x, b, ldb, beta, c);
-    return;
-  }
-  for (; j + 4 <= n; j += 4) dot_group(j, 4, k, alpha, x, b, ldb, beta, c);  // rows a constant: no per-group min()
-  if (j < n) dot_group(j, static_cast<int>(n - j), k, alpha, x, b, ldb, beta, c);
+  if (k >= 64) dot_groups<true>(n, k, alpha, x, b, ldb, beta, c);
+  else dot_groups<false>(n, k, alpha, x, b, ldb, beta, c);
 }
 
 // s[v] += x_k · row[16 v ..]: V vectors, the last masked by `last` when Tail.
@@ -351,7 +345,7 @@ template <int V, bool Tail>
   i64 j = 0;
   for (; j + 64 <= n; j += 64) combine_group<4, false>(j, 0xFFFF, k, alpha, x, b, ldb, beta, c);
   const i64 left = n - j;
-  const __mmask16 last = static_cast<__mmask16>(left % 16 ? (1u << (left % 16)) - 1 : 0xFFFFu);
+  const __mmask16 last = last_lanes(left);
   switch ((left + 15) / 16) {
     case 1: combine_group<1, true>(j, last, k, alpha, x, b, ldb, beta, c); break;
     case 2: combine_group<2, true>(j, last, k, alpha, x, b, ldb, beta, c); break;
