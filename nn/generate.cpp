@@ -10,6 +10,7 @@
 #include "loom/core/errors.hpp"
 #include "loom/core/random.hpp"
 #include "../ops/vector_isa.hpp"
+#include "../ops/vmath.hpp"
 
 namespace loom::nn {
 
@@ -26,39 +27,26 @@ void check_sampling(double temperature, int top_k, const char* who) {
 // anything and nothing beats a NaN at index 0. std::max_element keeps a pointer to the best so
 // far and reloads through it at every element (a chain of load and conditional move, ~7 cycles
 // per logit: 2% of a decoding step with 1000 tokens [AMD EPYC]). Here the largest value comes
-// first, in 32-byte lanes (u > a ? u : a skips NaN), then the first index holding it; compiled
+// first (ops::lane_max, in vector lanes, NaN skipped), then the first index holding it; compiled
 // for the CPU's vector width (ops/vector_isa.hpp).
 template <class T>
 LOOM_VECTOR_CLONES std::size_t first_max(std::span<const T> x) {
-  const std::size_t n = x.size();
   if (std::isnan(x[0])) return 0;
+  // not NaN, and at least x[0]: one of the values (−0 == +0, as max_element sees them)
+  const T m = ops::lane_max(x.data(), static_cast<std::int64_t>(x.size()));
   typedef T lanes_t __attribute__((vector_size(32)));
+  typedef long long words __attribute__((vector_size(32)));
   constexpr std::size_t w = 32 / sizeof(T);
-  lanes_t a = x[0] - lanes_t{}, b = a;
   std::size_t i = 0;
-  for (; i + 2 * w <= n; i += 2 * w) {
-    lanes_t u, v;
-    std::memcpy(&u, x.data() + i, sizeof u);
-    std::memcpy(&v, x.data() + i + w, sizeof v);
-    a = u > a ? u : a;
-    b = v > b ? v : b;
-  }
-  a = b > a ? b : a;
-  T m = x[0];
-  for (std::size_t l = 0; l < w; ++l) m = a[l] > m ? a[l] : m;
-  for (; i < n; ++i) m = x[i] > m ? x[i] : m;
-  // m is one of the values, not NaN: the first equal to it (−0 == +0, as max_element sees them)
-  i = 0;
-  for (; i + w <= n; i += w) {
+  for (; i + w <= x.size(); i += w) {  // to the first block of lanes holding m
     lanes_t u;
     std::memcpy(&u, x.data() + i, sizeof u);
     const auto hit = u == m;  // lanes of all ones where equal
-    typedef long long words __attribute__((vector_size(32)));
     words h;
     std::memcpy(&h, &hit, sizeof h);
     if (h[0] | h[1] | h[2] | h[3]) break;
   }
-  for (; i < n; ++i)
+  for (; i < x.size(); ++i)
     if (x[i] == m) return i;
   return 0;  // not reached: m is one of x
 }

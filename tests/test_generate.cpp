@@ -106,7 +106,6 @@ void greedy_matches_max_element() {
   const T nan = std::numeric_limits<T>::quiet_NaN(), inf = std::numeric_limits<T>::infinity();
   const std::vector<T> specials{nan, inf, -inf, T(0), -T(0), T(1), T(-1), T(2)};
   std::mt19937 gen(7);
-  int checked = 0;
   for (std::size_t n : {1, 2, 3, 7, 8, 9, 15, 16, 17, 31, 33, 64, 100, 1000})
     for (int trial = 0; trial < 60; ++trial) {
       // few distinct values, so that ties are common
@@ -118,9 +117,7 @@ void greedy_matches_max_element() {
       const auto want = static_cast<int>(std::max_element(x.begin(), x.end()) - x.begin());
       INFO("n " << n << " trial " << trial);
       CHECK(nn::pick_token<T>(x, 0.0, 0, 0.0) == want);
-      ++checked;
     }
-  CHECK(checked == 14 * 60);
 }
 
 TEST_CASE("greedy pick_token returns the index std::max_element does: first of the largest, NaN never larger") {
