@@ -36,7 +36,7 @@ void executor<T>::impl::allocate() {
   }
   // The same sizes place the same way: a decoding step whose only growing tensors live in their
   // feeds (the KV cache) keeps its placement (detail::place_buffers was 0.7% of such a step [AMD EPYC])
-  if (sizes != placed_sizes) place(sizes);
+  if (sizes != placed_sizes) place(std::move(sizes));
   if (mem_ptr && planned_elems <= mem_elems) return;
   const std::int64_t want = mem_ptr ? std::max(planned_elems, 2 * mem_elems) : planned_elems;
   arena_storage = std::vector<T, arena_allocator<T>>(static_cast<std::size_t>(std::max<std::int64_t>(want, 1)));
@@ -46,7 +46,7 @@ void executor<T>::impl::allocate() {
 
 // Offsets for buffers of these sizes (buffer_offset, planned_elems) and of every node's buffers.
 template <class T>
-void executor<T>::impl::place(std::vector<std::int64_t>& sizes) {
+void executor<T>::impl::place(std::vector<std::int64_t> sizes) {
   placed_sizes.clear();  // stale until the placement below is complete
   planned_elems = detail::place_buffers(buffers, sizes, buffer_offset);
   if (check_placement) verify_placement(sizes);
@@ -219,7 +219,7 @@ void executor<T>::impl::plan_appends() {
 #define LOOM_BUFFERS(T)                                   \
   template void executor<T>::impl::plan_appends();        \
   template void executor<T>::impl::allocate();            \
-  template void executor<T>::impl::place(std::vector<std::int64_t>&); \
+  template void executor<T>::impl::place(std::vector<std::int64_t>); \
   template void executor<T>::impl::verify_placement(std::span<const std::int64_t>) const; \
   template void executor<T>::impl::place_buffers();       \
   template void executor<T>::impl::refresh_edges();       \

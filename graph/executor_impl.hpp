@@ -123,7 +123,7 @@ struct executor<T>::impl {
   bool same_binding(std::span<const feed> given) const;
 
   void allocate();
-  void place(std::vector<std::int64_t>& sizes);  // (allocate) consumes sizes
+  void place(std::vector<std::int64_t> sizes);  // allocate's placement for these sizes
   void verify_placement(std::span<const std::int64_t> sizes) const;
   const bool check_placement = std::getenv("LOOM_CHECK_MEMORY_PLAN") != nullptr;
   void place_buffers();
