@@ -36,10 +36,10 @@ constexpr std::int64_t max_node_elems = std::int64_t{1} << 57;
 constexpr std::int64_t max_total_elems = std::int64_t{1} << 59;
 
 // 1. Every feed names an input, every input is fed once, element types agree.
-// Returns, per node, its feed (or null).
-std::vector<const feed*> match_feeds(const plan_view& plan, std::span<const feed> given, bool is_double) {
+// Fills, per node, its feed (or null).
+void match_feeds(const plan_view& plan, std::span<const feed> given, bool is_double, std::vector<const feed*>& fed) {
   const int n = plan.size();
-  std::vector<const feed*> fed(n, nullptr);
+  fed.assign(static_cast<std::size_t>(n), nullptr);
   for (const feed& f : given) {
     const int found = plan.input_index(f.name());
     if (found < 0) {
@@ -63,20 +63,16 @@ std::vector<const feed*> match_feeds(const plan_view& plan, std::span<const feed
       throw shape_error("forward: input " + quoted(plan.order[i]->name) + " must be a tensor of " +
                         storage_name(want) + ", got " + storage_name(fed[i]->type()));
   }
-  return fed;
 }
 
 // 2. Ranks and fixed dims of the inputs, and the value of every symbol (each of its
 // bindings must agree): from the inputs, then from the parameters whose dims are named
 // (param_dims: the store's tensor of each parameter node, or null).
-std::vector<std::int64_t> bind_symbols(const plan_view& plan, const std::vector<const feed*>& fed,
-                                       const std::vector<const dims_t*>& param_dims) {
-  std::vector<std::int64_t> s(plan.syms.size(), -1);
-  struct where {  // which input's or parameter's axis bound a symbol (named only in an error)
-    int node = -1, axis = -1;
-    bool feed = false;
-  };
-  std::vector<where> source(plan.syms.size());
+void bind_symbols(const plan_view& plan, const std::vector<const feed*>& fed, const std::vector<const dims_t*>& param_dims,
+                  std::vector<std::int64_t>& s, std::vector<bind_source>& source) {
+  s.assign(plan.syms.size(), -1);
+  source.assign(plan.syms.size(), {});
+  using where = bind_source;
   auto who = [&](int i, bool from_feed) { return (from_feed ? "input " : "parameter ") + quoted(plan.order[i]->name); };
   auto text = [&](const where& w) { return who(w.node, w.feed) + " axis " + std::to_string(w.axis); };
   for (int j = 0; j < 2 * plan.size(); ++j) {
@@ -113,7 +109,6 @@ std::vector<std::int64_t> bind_symbols(const plan_view& plan, const std::vector<
     if (s[k] < 0)
       throw shape_error("forward: dim " + quoted(plan.syms[k]) +
                         " is not bound by any input or parameter (is a parameter missing from the store?)");
-  return s;
 }
 
 // 3. The dims of every node (and its bound dim attributes), and every parameter present in
@@ -167,10 +162,11 @@ void node_dims(const plan_view& plan, const std::vector<typename param_store<T>:
 // 4. The ops' own run-time checks (op_kernels::check; shapes only, no data yet).
 template <class T>
 void run_op_checks(const plan_view& plan, std::span<const op_kernels<T>> kernels, const std::vector<dims_t>& nd,
-                   const std::vector<std::array<std::int64_t, 2>>& na) {
-  std::vector<dims_t> edims(static_cast<std::size_t>(plan.edges()));
+                   const std::vector<std::array<std::int64_t, 2>>& na, std::vector<dims_t>& edims,
+                   std::vector<const void*>& no_data) {
+  edims.resize(static_cast<std::size_t>(plan.edges()));
   for (std::size_t e = 0; e < edims.size(); ++e) edims[e] = nd[plan.in_idx[e]];
-  const std::vector<const void*> no_data(edims.size(), nullptr);
+  no_data.assign(edims.size(), nullptr);
   for (int i = 0; i < plan.size(); ++i) {
     if (!kernels[i].check) continue;
     const auto first = static_cast<std::size_t>(plan.in_off[i]), count = plan.inputs(i).size();
@@ -209,9 +205,9 @@ void strided_feeds(const plan_view& plan, const std::vector<const feed*>& fed, c
 
 // 6. Appends in place: a node that may grow its input 0's storage (executor's may_append) does
 // so when that input is fed with room (feed::with_room); the rows it needs must fit the room.
-std::vector<std::uint8_t> appends_in_place(const plan_view& plan, std::span<const int> may_append,
-                                           const std::vector<const feed*>& fed, const std::vector<dims_t>& nd) {
-  std::vector<std::uint8_t> appended(static_cast<std::size_t>(plan.size()), 0);
+void appends_in_place(const plan_view& plan, std::span<const int> may_append, const std::vector<const feed*>& fed,
+                      const std::vector<dims_t>& nd, std::vector<std::uint8_t>& appended) {
+  appended.assign(static_cast<std::size_t>(plan.size()), 0);
   for (int c = 0; c < plan.size(); ++c) {
     const int x = may_append[c];
     if (x < 0 || !fed[x] || fed[x]->room_rows() == 0) continue;
@@ -221,7 +217,6 @@ std::vector<std::uint8_t> appends_in_place(const plan_view& plan, std::span<cons
                            " appends to " + std::to_string(nd[c][-2]) + " (shape " + nd[c].str() + ")");
     appended[c] = 1;
   }
-  return appended;
 }
 
 }  // namespace
@@ -233,36 +228,36 @@ void executor<T>::impl::bind(std::span<const feed> given) {
     place_buffers();
     return;
   }
-  const std::vector<const feed*> fed = match_feeds(plan, given, std::is_same_v<T, double>);  // 1
-  std::vector<const dims_t*> param_dims(static_cast<std::size_t>(n), nullptr);
+  // The steps fill the scratch vectors (kept between calls, so a decoding step, which binds
+  // anew at every token, allocates nothing here); the commit swaps them with the members.
+  bind_scratch& w = scratch;
+  match_feeds(plan, given, std::is_same_v<T, double>, w.fed);                        // 1
+  const std::vector<const feed*>& fed = w.fed;
+  w.param_dims.assign(static_cast<std::size_t>(n), nullptr);
   for (int i = 0; i < n; ++i)
-    if (const auto* e = param_at(i)) param_dims[static_cast<std::size_t>(i)] = &e->value.dims();
-  std::vector<std::int64_t> s = bind_symbols(plan, fed, param_dims);                       // 2
-  std::vector<dims_t> nd;
-  std::vector<std::array<std::int64_t, 2>> na;
-  node_dims<T>(plan, param_entries(), s, nd, na);                                          // 3
-  run_op_checks<T>(plan, kernels, nd, na);                                                 // 4
-  std::vector<std::int64_t> stride;
-  std::vector<std::uint8_t> copy;
-  strided_feeds(plan, fed, nd, stride, copy);                                              // 5
-  std::vector<std::uint8_t> grows = appends_in_place(plan, may_append, fed, nd);           // 6
+    if (const auto* e = param_at(i)) w.param_dims[static_cast<std::size_t>(i)] = &e->value.dims();
+  bind_symbols(plan, fed, w.param_dims, w.sym, w.source);                             // 2
+  node_dims<T>(plan, param_entries(), w.sym, w.dims, w.dattr);                        // 3
+  run_op_checks<T>(plan, kernels, w.dims, w.dattr, w.edge_dims, w.no_data);           // 4
+  strided_feeds(plan, fed, w.dims, w.stride, w.copy);                                 // 5
+  appends_in_place(plan, may_append, fed, w.dims, w.grows);                           // 6
   // 7. commit: nothing above changed any state
-  std::vector<int> feed_at(n, -1);
+  w.feed_at.assign(static_cast<std::size_t>(n), -1);
   for (int i = 0; i < n; ++i)
-    if (fed[i]) feed_at[i] = static_cast<int>(fed[i] - given.data());
+    if (fed[i]) w.feed_at[i] = static_cast<int>(fed[i] - given.data());
   for (int i = 0; i < n; ++i) {  // matrix strides: feeds read in place, appends, views of either
-    if (copy[i]) stride[i] = 0;
-    if (grows[i]) stride[i] = stride[plan.inputs(i)[0]];
-    if (view_of[i] >= 0) stride[i] = stride[view_of[i]];
+    if (w.copy[i]) w.stride[i] = 0;
+    if (w.grows[i]) w.stride[i] = w.stride[plan.inputs(i)[0]];
+    if (view_of[i] >= 0) w.stride[i] = w.stride[view_of[i]];
   }
-  val_stride = std::move(stride);
-  materialize = std::move(copy);
-  appended = std::move(grows);
-  sym = std::move(s);
-  dims = std::move(nd);
-  dattr = std::move(na);
+  val_stride.swap(w.stride);
+  materialize.swap(w.copy);
+  appended.swap(w.grows);
+  sym.swap(w.sym);
+  dims.swap(w.dims);
+  dattr.swap(w.dattr);
   feeds.assign(given.begin(), given.end());
-  node_feed = std::move(feed_at);
+  node_feed.swap(w.feed_at);
   allocate();
   val.assign(n, nullptr);
   grad.assign(n, nullptr);

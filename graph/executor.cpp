@@ -112,15 +112,19 @@ void executor<T>::impl::forward() {
 // into value()) freed the memory the forward read and backward would write: refuse.
 template <class T>
 void executor<T>::impl::check_params_unmoved() const {
-  for (int i = 0; i < n; ++i) {
-    const node_desc* d = plan.order[i];
-    if (d->op->role != node_role::param) continue;
-    const auto* e = param_at(i);
-    const bool same = e && e->value.data() == val[i] && e->grad.data() == grad[i] && e->value.dims() == dims[i];
-    if (!same)
-      throw error("backward: parameter " + quoted(d->name) +
-                  " was replaced in the store after forward() (its memory moved); call forward() again first");
-  }
+  for (int i = 0; i < n; ++i)
+    if (plan.order[i]->op->role == node_role::param) check_param_unmoved(i, "backward");
+}
+
+// One parameter's check, also made before a parameter's value or gradient is read back (an
+// optimizer made after forward() packs the store, which moves every parameter).
+template <class T>
+void executor<T>::impl::check_param_unmoved(int i, const char* what) const {
+  const auto* e = param_at(i);
+  const bool same = e && e->value.data() == val[i] && e->grad.data() == grad[i] && e->value.dims() == dims[i];
+  if (!same)
+    throw error(std::string(what) + ": parameter " + quoted(plan.order[i]->name) +
+                " was replaced in the store after forward() (its memory moved); call forward() again first");
 }
 
 template <class T>

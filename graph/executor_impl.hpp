@@ -30,6 +30,31 @@ namespace loom {
 
 inline std::string quoted(std::string_view s) { return "\"" + std::string(s) + "\""; }
 
+// Which input's or parameter's axis bound a symbol (named only in an error; bind.cpp).
+struct bind_source {
+  int node = -1, axis = -1;
+  bool feed = false;
+};
+
+// The working vectors of a full bind (bind.cpp), per node unless said otherwise. A decoding
+// step binds anew at every token (the cache's length changes), and allocating these afresh
+// each time was a visible part of the step.
+struct bind_scratch {
+  std::vector<const feed*> fed;
+  std::vector<const dims_t*> param_dims;
+  std::vector<std::int64_t> sym;         // per symbol
+  std::vector<bind_source> source;       // per symbol
+  std::vector<dims_t> dims;
+  std::vector<std::array<std::int64_t, 2>> dattr;
+  std::vector<dims_t> edge_dims;         // per edge, for the ops' checks
+  std::vector<const void*> no_data;      // per edge
+  std::vector<std::int64_t> stride;
+  std::vector<std::uint8_t> copy, grows;
+  std::vector<int> feed_at;
+  std::vector<std::int64_t> sizes;       // per planned buffer (allocate)
+  std::vector<dims_t> in;                // one node's input dims (allocate)
+};
+
 template <class T>
 struct executor<T>::impl {
   // ---- fixed at construction ----
@@ -82,6 +107,7 @@ struct executor<T>::impl {
   std::vector<std::int64_t> val_stride;   // per node: elements between its value's matrices (0: contiguous)
   std::vector<std::uint8_t> materialize;  // per input node: copy the strided feed into the arena
   std::vector<std::uint8_t> appended;     // per node: its value grows its input 0's feed in place
+  bind_scratch scratch;                   // bind()'s working vectors, kept for their capacity
 
   // the kernels' view of every input edge (node i's are [in_off[i], in_off[i+1]) of the plan),
   // allocated once and refreshed from val, grad and dims after each bind (buffers.cpp)
@@ -106,6 +132,7 @@ struct executor<T>::impl {
   std::atomic<bool> in_use{false};  // a call is running: a second one at once (another thread) is refused
   bool forward_failed = false;      // the last forward() threw inside a kernel: its values are partial
   void check_params_unmoved() const;  // backward(): the store still holds the forward's parameters
+  void check_param_unmoved(int i, const char* what) const;  // the same for parameter node i
   void check_readable() const {       // values may be read: a forward() completed, none is running
     if (in_use.load(std::memory_order_acquire))
       throw error("executor: a value read while a call on the executor is running (from another thread?)");

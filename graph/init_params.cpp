@@ -2,6 +2,7 @@
 // (see init_kind), from a seeded generator.
 #include <cmath>
 #include <string>
+#include <unordered_set>
 
 #include "loom/core/errors.hpp"
 
@@ -26,14 +27,26 @@ void init_params(const plan_view& plan, param_store<T>& store, std::uint64_t see
                       std::string(e.syms[0]) + "\": give its size (make_params(seed, {{\"" + std::string(e.syms[0]) +
                       "\", n}}))");
   };
-  rng gen(seed);
+  // First every new parameter, made as zeros in the store's blocks (param_store::add_zeros:
+  // the values are never held twice), then their values, drawn in plan order.
+  std::vector<const node_desc*> fresh;
+  std::vector<std::pair<std::string, dims_t>> added;
+  std::unordered_set<std::string_view> seen;
   for (int i = 0; i < plan.size(); ++i) {
     const node_desc* d = plan.order[static_cast<std::size_t>(i)];
     if (d->op->role != node_role::param || store.contains(d->name)) continue;
+    if (!seen.insert(d->name).second) continue;  // a parameter read by several nodes: once
     dims_t dims;
     dims.rank = d->rank;
     for (int a = 0; a < d->rank; ++a) dims.d[a] = size_of(*d, a);
-    tensor<T> t(dims);
+    fresh.push_back(d);
+    added.emplace_back(std::string(d->name), dims);
+  }
+  if (!added.empty()) store.add_zeros(added);
+  rng gen(seed);
+  for (const node_desc* d : fresh) {
+    tensor<T>& t = store.value(d->name);
+    const dims_t& dims = t.dims();
     const double fan_in = d->rank >= 2 ? static_cast<double>(dims.d[1]) : 1.0;
     const double fan_out = d->rank >= 1 ? static_cast<double>(dims.d[0]) : 1.0;
     for (std::int64_t e = 0; e < t.size(); ++e) {
@@ -61,7 +74,6 @@ void init_params(const plan_view& plan, param_store<T>& store, std::uint64_t see
       }
       t[e] = static_cast<T>(v);
     }
-    store.set(std::string(d->name), std::move(t));
   }
 }
 

@@ -60,7 +60,9 @@ std::string message_of(Fn&& fn) {
 /// Same shape and the same bytes.
 template <class T>
 bool same_bits(const loom::tensor<T>& a, const loom::tensor<T>& b) {
-  return a.dims() == b.dims() && std::memcmp(a.data(), b.data(), sizeof(T) * static_cast<std::size_t>(a.size())) == 0;
+  // (an empty tensor's data() may be null: memcmp must not see it)
+  return a.dims() == b.dims() &&
+         (a.size() == 0 || std::memcmp(a.data(), b.data(), sizeof(T) * static_cast<std::size_t>(a.size())) == 0);
 }
 
 /// The same parameter names, each with the same bytes.

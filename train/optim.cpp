@@ -5,6 +5,10 @@
 
 #include "../ops/vector_isa.hpp"
 
+#include <oneapi/tbb/blocked_range.h>
+#include <oneapi/tbb/parallel_for.h>
+
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <limits>
@@ -30,7 +34,9 @@ void require(bool ok, const std::string& what) {
 // ---- optimizer ----
 
 template <class T>
-optimizer<T>::optimizer(param_store<T>& params, double lr) : lr_(lr), params_(params) {}
+optimizer<T>::optimizer(param_store<T>& params, double lr) : lr_(lr), params_(params) {
+  params_.pack();  // before the first forward() binds to the tensors' addresses
+}
 
 template <class T>
 void optimizer<T>::set_lr(double lr) {
@@ -56,24 +62,66 @@ void optimizer<T>::step() {
     throw value_error(std::string(name()) + ": the step count " + std::to_string(state_.step) +
                       " cannot grow any further");
   if (schedule_) set_lr(schedule_(state_.step + 1));
+  params_.pack();  // the store may have changed (a new parameter, a new shape) since the last step
+  try {
+    // pieces of at most `grain` elements (none spans two parameters), for for_elements
+    constexpr std::int64_t grain = 16384;  // 64 KiB of floats per array: a TBB task's worth
+    pieces_.clear();
+    for (const auto& s : params_.value_block().segments())
+      for (std::int64_t at = 0; at < s.size; at += grain)
+        pieces_.push_back({s.offset + at, std::min(grain, s.size - at)});
+    prepare();
+  } catch (...) {
+    if (state_.step == 0) state_.buffers.clear();  // no half-made buffers before the first step
+    throw;
+  }
   ++state_.step;
   update();
 }
 
 template <class T>
-tensor<T>* optimizer<T>::buffer(const std::string& kind, const std::string& param) {
-  auto k = state_.buffers.find(kind);
-  if (k == state_.buffers.end()) return nullptr;
-  auto p = k->second.find(param);
-  return p == k->second.end() ? nullptr : &p->second;
+T* optimizer<T>::packed(const std::string& kind, std::vector<char>* created) {
+  auto& by_param = state_.buffers[kind];
+  std::vector<tensor<T>*> buffers;
+  std::vector<dims_t> shapes;
+  std::vector<const std::string*> made;  // buffers added now, empty until the block holds them
+  buffers.reserve(params_.size());
+  shapes.reserve(params_.size());
+  if (created) created->assign(params_.size(), 0);
+  std::size_t k = 0;
+  auto it = by_param.begin();  // both maps are in name order: one walk over each
+  for (const auto& [name, e] : params_) {
+    while (it != by_param.end() && it->first < name) ++it;  // a buffer of no parameter (load_state refuses it)
+    if (it == by_param.end() || it->first != name) {
+      it = by_param.emplace_hint(it, name, tensor<T>());
+      made.push_back(&name);
+      if (created) (*created)[k] = 1;
+    }
+    buffers.push_back(&it->second);
+    shapes.push_back(e.value.dims());
+    ++it;
+    ++k;
+  }
+  flat_block<T>& block = blocks_[kind];
+  if (!block.holds(buffers)) {
+    // New buffers are made as zeros in the new block: never a tensor of their own first, which
+    // would be the size of all parameters once more at the peak of the first step.
+    try {
+      block.pack(buffers, shapes);
+    } catch (...) {
+      for (const std::string* name : made) by_param.erase(*name);
+      throw;
+    }
+  }
+  return block.elements().data();
 }
 
 template <class T>
-tensor<T>& optimizer<T>::buffer_or_zeros(const std::string& kind, const std::string& param, const dims_t& dims) {
-  auto& by_param = state_.buffers[kind];
-  auto it = by_param.find(param);
-  if (it == by_param.end()) it = by_param.emplace(param, tensor<T>(dims)).first;
-  return it->second;
+template <class Fn>
+void optimizer<T>::for_elements(const Fn& fn) const {
+  tbb::parallel_for(tbb::blocked_range<std::size_t>(0, pieces_.size()), [&](const tbb::blocked_range<std::size_t>& r) {
+    for (std::size_t i = r.begin(); i != r.end(); ++i) fn(pieces_[i].offset, pieces_[i].n);
+  });
 }
 
 template <class T>
@@ -149,31 +197,58 @@ std::map<std::string, std::string> sgd<T>::hyperparameters() const {
 }
 
 template <class T>
-void sgd<T>::update() {
-  const T lr = static_cast<T>(this->lr_), wd = static_cast<T>(options_.weight_decay);
-  const T momentum = static_cast<T>(options_.momentum), keep = static_cast<T>(1 - options_.dampening);
-  for (auto& [name, e] : this->params()) {
-    T* p = e.value.data();
-    const T* grad = e.grad.data();
-    const std::int64_t n = e.value.size();
-    tensor<T>* buf = nullptr;
-    bool first = false;
-    if (options_.momentum != 0) {
-      buf = this->buffer("momentum_buffer", name);
-      first = buf == nullptr;
-      if (first) buf = &this->buffer_or_zeros("momentum_buffer", name, e.value.dims());
+void sgd<T>::prepare() {
+  buf_ = options_.momentum != 0 ? this->packed("momentum_buffer", &fresh_) : nullptr;
+}
+
+// The constants of one SGD step; `first`: the momentum buffer is new (PyTorch clones d_p).
+template <class T>
+struct sgd_step {
+  bool momentum, nesterov, first, decay;
+  T lr, wd, beta, keep;
+};
+
+// One SGD step over n elements, compiled like adam_elements (below).
+template <class T>
+LOOM_VECTOR_CLONES void sgd_elements(const sgd_step<T> k, T* __restrict p, const T* __restrict grad,
+                                     T* __restrict buf, std::int64_t n) {
+  const T lr = k.lr, wd = k.wd, momentum = k.beta, keep = k.keep;
+  for (std::int64_t i = 0; i < n; ++i) {
+    T g = grad[i];
+    if (k.decay) g = g + wd * p[i];
+    if (k.momentum) {
+      const T b = k.first ? g : buf[i] * momentum + keep * g;
+      buf[i] = b;
+      g = k.nesterov ? g + momentum * b : b;
     }
-    for (std::int64_t i = 0; i < n; ++i) {
-      T g = grad[i];
-      if (options_.weight_decay != 0) g = g + wd * p[i];
-      if (buf) {
-        T& b = (*buf)[i];
-        b = first ? g : b * momentum + keep * g;  // the first step copies g, as PyTorch clones d_p
-        g = options_.nesterov ? g + momentum * b : b;
-      }
-      p[i] = p[i] + (-lr) * g;
-    }
+    p[i] = p[i] + (-lr) * g;
   }
+}
+
+template <class T>
+void sgd<T>::update() {
+  const bool momentum = options_.momentum != 0;
+  T* const p = this->params().value_block().elements().data();
+  const T* const grad = this->params().grad_block().elements().data();
+  T* const buf = buf_;
+  const auto segments = this->params().value_block().segments();
+  const sgd_step<T> base{momentum,
+                         options_.nesterov,
+                         false,
+                         options_.weight_decay != 0,
+                         static_cast<T>(this->lr_),
+                         static_cast<T>(options_.weight_decay),
+                         static_cast<T>(options_.momentum),
+                         static_cast<T>(1 - options_.dampening)};
+  this->for_elements([&](std::int64_t offset, std::int64_t n) {
+    sgd_step<T> k = base;
+    if (momentum) {  // the parameter this piece belongs to: was its buffer made this step?
+      const auto s = std::upper_bound(segments.begin(), segments.end(), offset,
+                                      [](std::int64_t o, const auto& seg) { return o < seg.offset; });
+      k.first = fresh_[static_cast<std::size_t>(s - segments.begin() - 1)] != 0;
+    }
+    sgd_elements(k, p + offset, grad + offset, momentum ? buf + offset : nullptr, n);
+  });
 }
 
 // ---- adam / adamw ----
@@ -230,6 +305,12 @@ LOOM_VECTOR_CLONES void adam_elements(const adam_step<T> k, T* __restrict p, con
 }
 
 template <class T>
+void adam<T>::prepare() {
+  m_ = this->packed("exp_avg");
+  v_ = this->packed("exp_avg_sq");
+}
+
+template <class T>
 void adam<T>::update() {
   const double t = static_cast<double>(this->state_.step);
   const double bias_correction1 = 1 - std::pow(options_.beta1, t);
@@ -240,15 +321,14 @@ void adam<T>::update() {
   const T one_minus_beta1 = static_cast<T>(1 - options_.beta1), one_minus_beta2 = static_cast<T>(1 - options_.beta2);
   const T eps = static_cast<T>(options_.eps), wd = static_cast<T>(options_.weight_decay);
   const T decay = static_cast<T>(1 - this->lr_ * options_.weight_decay);  // AdamW's p *= 1 − lr·wd
-  for (auto& [name, e] : this->params()) {
-    T* p = e.value.data();
-    const T* grad = e.grad.data();
-    T* m = this->buffer_or_zeros("exp_avg", name, e.value.dims()).data();
-    T* v = this->buffer_or_zeros("exp_avg_sq", name, e.value.dims()).data();
-    const adam_step<T> k{decoupled_, options_.weight_decay != 0, decay, wd, beta1, beta2, one_minus_beta1,
-                         one_minus_beta2, bias_correction2_sqrt, eps, step_size};
-    adam_elements(k, p, grad, m, v, e.value.size());
-  }
+  const adam_step<T> k{decoupled_, options_.weight_decay != 0, decay, wd, beta1, beta2, one_minus_beta1,
+                       one_minus_beta2, bias_correction2_sqrt, eps, step_size};
+  T* const p = this->params().value_block().elements().data();
+  const T* const grad = this->params().grad_block().elements().data();
+  T* const m = m_;
+  T* const v = v_;
+  this->for_elements(
+      [&](std::int64_t offset, std::int64_t n) { adam_elements(k, p + offset, grad + offset, m + offset, v + offset, n); });
 }
 
 template <class T>
@@ -257,11 +337,18 @@ adamw<T>::adamw(param_store<T>& params, adamw_options o)
 
 // ---- clipping ----
 
+// The sum runs in name order either way: over a packed store's block it also adds the gaps'
+// zeros, which leave a sum unchanged.
 template <class T>
 double grad_norm(const param_store<T>& params) {
   double sum_sq = 0;
-  for (const auto& [name, e] : params)
-    for (T g : e.grad.values()) sum_sq += static_cast<double>(g) * static_cast<double>(g);
+  const auto add = [&](std::span<const T> gs) {
+    for (T g : gs) sum_sq += static_cast<double>(g) * static_cast<double>(g);
+  };
+  if (params.packed())
+    add(params.grad_block().elements());
+  else
+    for (const auto& [name, e] : params) add(e.grad.values());
   return std::sqrt(sum_sq);
 }
 
@@ -272,8 +359,13 @@ double clip_grad_norm(param_store<T>& params, double max_norm) {
   const double coef = max_norm / (total_norm + 1e-6);
   if (coef < 1) {
     const T scale = static_cast<T>(coef);
-    for (auto& [name, e] : params)
-      for (T& g : e.grad.values()) g *= scale;
+    const auto mul = [&](std::span<T> gs) {
+      for (T& g : gs) g *= scale;
+    };
+    if (params.packed())
+      mul(params.grad_block().elements());  // the gaps stay zero
+    else
+      for (auto& [name, e] : params) mul(e.grad.values());
   }
   return total_norm;
 }

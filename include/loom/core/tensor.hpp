@@ -1,10 +1,11 @@
-// tensor<T>: an owning, contiguous, row-major n-d array; tensor_view<T>: a non-owning one.
+// tensor<T>: a contiguous, row-major n-d array with value semantics; tensor_view<T>: a non-owning view.
 #pragma once
 
 #include <algorithm>
 #include <array>
 #include <cstdint>
 #include <initializer_list>
+#include <memory>
 #include <new>
 #include <span>
 #include <string>
@@ -108,42 +109,113 @@ struct tensor_view {
   operator tensor_view<const T>() const { return {data, dims}; }  // NOLINT
 };
 
-/// An owning, contiguous, row-major n-d array of T (float, double, int32, uint8).
+/// A contiguous, row-major n-d array of T (float, double, int32, uint8) with value semantics:
+/// copies are deep. Its elements are its own, or (in_block) a slot of a block shared with
+/// other tensors: param_store lays its parameters out that way so that an optimizer updates
+/// them in one pass. Assigning a tensor of the same shape to a tensor in a block writes the
+/// elements into its slot, so the block keeps its layout; assigning another shape gives it
+/// elements of its own.
 template <class T>
 class tensor {
  public:
   tensor() = default;
   /// A zero-filled tensor of the given shape.
-  explicit tensor(dims_t shape) : dims_(shape), data_(static_cast<std::size_t>(shape.size())) {}
+  explicit tensor(dims_t shape) : dims_(shape), own_(static_cast<std::size_t>(shape.size())), data_(own_.data()) {}
   /// A tensor with the given values (row-major); throws shape_error if the count differs.
-  tensor(dims_t shape, const std::vector<T>& values) : dims_(shape), data_(values.begin(), values.end()) {
-    if (static_cast<std::int64_t>(data_.size()) != dims_.size())
-      throw shape_error("tensor: " + std::to_string(data_.size()) + " values given for shape " + dims_.str() +
+  tensor(dims_t shape, const std::vector<T>& values) : dims_(shape), own_(values.begin(), values.end()) {
+    if (static_cast<std::int64_t>(own_.size()) != dims_.size())
+      throw shape_error("tensor: " + std::to_string(own_.size()) + " values given for shape " + dims_.str() +
                         " which holds " + std::to_string(dims_.size()));
+    data_ = own_.data();
   }
   /// A copy of a view's data.
-  explicit tensor(tensor_view<const T> v) : dims_(v.dims), data_(v.data, v.data + v.size()) {}
+  explicit tensor(tensor_view<const T> v) : dims_(v.dims), own_(v.data, v.data + v.size()), data_(own_.data()) {}
+  /// Moves the elements into the size() elements from `first` on, inside a block that `first`
+  /// keeps alive (an aliasing shared_ptr of the block's owner): from now on the tensor is in
+  /// that block (in_block()). flat_block does this when it packs tensors.
+  void move_into(std::shared_ptr<T> first) noexcept {
+    std::copy(data_, data_ + stored(), first.get());
+    decltype(own_)().swap(own_);
+    block_ = std::move(first);
+    data_ = block_.get();
+  }
+
+  /// A tensor of `shape` whose elements are the shape.size() elements from `first` on, as they
+  /// are, inside a block that `first` keeps alive (an aliasing shared_ptr of the block's owner).
+  static tensor in_block(dims_t shape, std::shared_ptr<T> first) noexcept {
+    tensor t;
+    t.dims_ = shape;
+    t.block_ = std::move(first);
+    t.data_ = t.block_.get();
+    return t;
+  }
+
+  /// A copy has elements of its own, even when `o` lives in a block.
+  tensor(const tensor& o) : dims_(o.dims_), own_(o.data_, o.data_ + o.stored()), data_(own_.data()) {}
+  /// Takes `o`'s elements (or its slot in a block); `o` is left empty.
+  tensor(tensor&& o) noexcept
+      : dims_(o.dims_), own_(std::move(o.own_)), block_(std::move(o.block_)), data_(o.data_) {
+    o.clear();
+  }
+  tensor& operator=(const tensor& o) {
+    if (this == &o) return *this;
+    if (block_ && dims_ == o.dims_) {  // keep the slot
+      std::copy(o.data_, o.data_ + o.stored(), data_);
+      return *this;
+    }
+    own_.assign(o.data_, o.data_ + o.stored());  // may throw: *this is unchanged then
+    block_.reset();
+    dims_ = o.dims_;
+    data_ = own_.data();
+    return *this;
+  }
+  tensor& operator=(tensor&& o) noexcept {
+    if (this == &o) return *this;
+    if (block_ && dims_ == o.dims_) {  // keep the slot
+      if (o.data_ != data_) std::copy(o.data_, o.data_ + o.stored(), data_);
+    } else {
+      dims_ = o.dims_;
+      own_ = std::move(o.own_);
+      block_ = std::move(o.block_);
+      data_ = o.data_;
+    }
+    o.clear();
+    return *this;
+  }
+  ~tensor() = default;
 
   const dims_t& dims() const { return dims_; }
   std::span<const std::int64_t> shape() const { return dims_.span(); }
   int rank() const { return dims_.rank; }
   std::int64_t size() const { return dims_.size(); }
   std::int64_t dim(int i) const { return dims_[i]; }
-  T* data() { return data_.data(); }
-  const T* data() const { return data_.data(); }
-  std::span<T> values() { return data_; }
-  std::span<const T> values() const { return data_; }
-  T& operator[](std::int64_t i) { return data_[static_cast<std::size_t>(i)]; }
-  const T& operator[](std::int64_t i) const { return data_[static_cast<std::size_t>(i)]; }
+  /// Whether the elements are a slot of a shared block (see move_into) rather than its own.
+  bool in_block() const { return block_ != nullptr; }
+  T* data() { return data_; }
+  const T* data() const { return data_; }
+  std::span<T> values() { return {data_, stored()}; }
+  std::span<const T> values() const { return {data_, stored()}; }
+  T& operator[](std::int64_t i) { return data_[i]; }
+  const T& operator[](std::int64_t i) const { return data_[i]; }
   T& at(std::initializer_list<std::int64_t> idx) { return view().at(idx); }
   const T& at(std::initializer_list<std::int64_t> idx) const { return view().at(idx); }
-  tensor_view<T> view() { return {data_.data(), dims_}; }
-  tensor_view<const T> view() const { return {data_.data(), dims_}; }
-  void fill(T v) { std::fill(data_.begin(), data_.end(), v); }
+  tensor_view<T> view() { return {data_, dims_}; }
+  tensor_view<const T> view() const { return {data_, dims_}; }
+  void fill(T v) { std::fill(data_, data_ + stored(), v); }
 
  private:
+  // The number of elements held: size(), or 0 for a default-constructed or moved-from tensor.
+  std::size_t stored() const { return data_ ? static_cast<std::size_t>(dims_.size()) : 0; }
+  void clear() noexcept {
+    dims_ = dims_t{};
+    own_.clear();
+    block_.reset();
+    data_ = nullptr;
+  }
   dims_t dims_;
-  std::vector<T, aligned_allocator<T>> data_;
+  std::vector<T, aligned_allocator<T>> own_;  // the elements, unless in a block
+  std::shared_ptr<T> block_;                  // the slot, when in a block (keeps the block alive)
+  T* data_ = nullptr;                         // own_.data() or block_.get()
 };
 
 /// Converts every element (e.g. a float tensor to double for gradcheck).

@@ -5,6 +5,11 @@
 // its value in place. Its state — the step count and per-parameter buffers such as Adam's
 // exp_avg — is exposed so that checkpoints can save and restore it exactly.
 //
+// The optimizers pack the store (param_store::pack) and keep their buffers in blocks with the
+// same layout, so a step is one pass over a few long arrays, split over the calling thread's
+// TBB arena (all cores unless a tbb::global_control or task_arena limits it). Every element
+// is computed on its own, so the results are the same for any number of threads.
+//
 //   adamw<float> opt(params, {.lr = 3e-4, .weight_decay = 0.1});
 //   opt.set_schedule(warmup_cosine(3e-4, 100, 10000));
 //   for (...) { opt.zero_grad(); run.forward(...); run.backward(); clip_grad_norm(params, 1.0); opt.step(); }
@@ -18,6 +23,7 @@
 #include <vector>
 
 #include "loom/core/errors.hpp"
+#include "loom/core/flat_block.hpp"
 #include "loom/core/params.hpp"
 #include "loom/core/tensor.hpp"
 
@@ -72,18 +78,31 @@ class optimizer {
 
  protected:
   optimizer(param_store<T>& params, double lr);
+  /// Makes every buffer this step needs (packed(), for each of buffer_kinds()), before the
+  /// step count moves: an update() cannot fail after it.
+  virtual void prepare() = 0;
   /// Updates every parameter; state_.step has already been incremented.
   virtual void update() = 0;
-  /// The buffer of that kind for a parameter, or nullptr before it exists.
-  tensor<T>* buffer(const std::string& kind, const std::string& param);
-  /// The buffer of that kind for a parameter, created as zeros of `dims` if absent.
-  tensor<T>& buffer_or_zeros(const std::string& kind, const std::string& param, const dims_t& dims);
+  /// The buffers of `kind`, one per parameter and laid out as the store's values (created as
+  /// zeros where absent): the base of their block, whose segments are the store's. If `created`
+  /// is given, it receives, per parameter in name order, whether its buffer was created now.
+  T* packed(const std::string& kind, std::vector<char>* created = nullptr);
+  /// Runs fn(offset, n) over the elements of every parameter in the store's packed layout
+  /// (never the gaps between them), in parallel on the calling thread's TBB arena. Each
+  /// element is visited once, so results do not depend on the number of threads.
+  template <class Fn>
+  void for_elements(const Fn& fn) const;
   optimizer_state<T> state_;
   double lr_;
 
  private:
   param_store<T>& params_;
   std::function<double(std::int64_t)> schedule_;
+  std::map<std::string, flat_block<T>> blocks_;  // where packed() put the buffers of each kind
+  struct piece {
+    std::int64_t offset, n;
+  };
+  std::vector<piece> pieces_;  // for_elements' work, made by step() before prepare()
 };
 
 /// Options of sgd; PyTorch's defaults.
@@ -108,7 +127,10 @@ class sgd final : public optimizer<T> {
   const sgd_options& options() const { return options_; }
 
  private:
+  void prepare() override;
   void update() override;
+  std::vector<char> fresh_;  // per parameter: its momentum buffer was made this step
+  T* buf_ = nullptr;         // the momentum buffers (prepare())
   sgd_options options_;
 };
 
@@ -144,7 +166,10 @@ class adam : public optimizer<T> {
   adam(param_store<T>& params, adam_options options, bool decoupled);
 
  private:
+  void prepare() override;
   void update() override;
+  T* m_ = nullptr;  // the exp_avg and exp_avg_sq buffers (prepare())
+  T* v_ = nullptr;
   adam_options options_;
   bool decoupled_ = false;
 };
