@@ -6,6 +6,7 @@
 #include <memory>
 #include <new>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "loom/core/tensor.hpp"
@@ -24,17 +25,27 @@ class flat_block {
     std::int64_t offset, size;
   };
 
-  /// Whether the tensors `ts` yields (pointers, in order) are exactly this block's: as many as
-  /// its segments, each in the block at its segment's offset with its segment's size.
+  flat_block() = default;
+  /// A moved-from block is empty (no segments, no elements), like a new one.
+  flat_block(flat_block&& o) noexcept : block_(std::move(o.block_)), segments_(std::exchange(o.segments_, {})) {}
+  flat_block& operator=(flat_block&& o) noexcept {
+    block_ = std::move(o.block_);
+    segments_ = std::exchange(o.segments_, {});
+    return *this;
+  }
+
+  /// Whether `t` is segment k's tensor: in the block at its offset, with its size.
+  bool holds(std::size_t k, const tensor<T>& t) const {
+    return k < segments_.size() && t.in_block() && t.size() == segments_[k].size &&
+           t.data() == block_.get() + segments_[k].offset;
+  }
+  /// Whether the tensors `ts` yields (pointers, in order) are exactly this block's: one per
+  /// segment, each held (above).
   template <class Range>
   bool holds(const Range& ts) const {
     std::size_t k = 0;
-    for (const tensor<T>* t : ts) {
-      if (k == segments_.size() || t->size() != segments_[k].size || !t->in_block() ||
-          t->data() != base() + segments_[k].offset)
-        return false;
-      ++k;
-    }
+    for (const tensor<T>* t : ts)
+      if (!holds(k++, *t)) return false;
     return k == segments_.size();
   }
   /// Copies the tensors `ts` yields (pointers, in order) into a new block and makes each a
@@ -60,22 +71,24 @@ class flat_block {
       if (shapes.empty() || t->dims() == shapes[k])
         t->move_into(std::move(slot));
       else
-        *t = tensor<T>::in_block(shapes[k], std::move(slot));
+        *t = tensor<T>::placed(shapes[k], std::move(slot));
       ++k;
     }
     block_ = std::move(block);
     segments_ = std::move(segments);
-    size_ = total;
   }
   /// Forgets the layout (the tensors keep the block alive as long as they are in it).
   void reset() noexcept {
     block_.reset();
     segments_.clear();
-    size_ = 0;
   }
 
-  /// The block's elements, gaps included (they stay zero unless written through data()).
-  std::span<T> elements() const { return {block_.get(), static_cast<std::size_t>(size_)}; }
+  /// The block's elements up to the end of its last segment, gaps included (they stay zero
+  /// unless written through data()); empty when the block has no segments.
+  std::span<T> elements() const {
+    if (segments_.empty()) return {};
+    return {block_.get(), static_cast<std::size_t>(segments_.back().offset + segments_.back().size)};
+  }
   std::span<const segment> segments() const { return segments_; }
   bool empty() const { return segments_.empty(); }
 
@@ -91,11 +104,8 @@ class flat_block {
     std::fill(p, p + n, T(0));
     return block;
   }
-  T* base() const { return block_.get(); }
-
   std::shared_ptr<T> block_;
   std::vector<segment> segments_;
-  std::int64_t size_ = 0;
 };
 
 }  // namespace loom

@@ -52,10 +52,8 @@ class param_store {
   param_store& operator=(param_store&& o) noexcept {
     if (this == &o) return *this;
     entries_ = std::move(o.entries_);
-    values_ = std::move(o.values_);
+    values_ = std::move(o.values_);  // a moved-from flat_block is empty
     grads_ = std::move(o.grads_);
-    o.values_.reset();
-    o.grads_.reset();
     version_ = next_version();
     o.version_ = next_version();
     return *this;
@@ -147,7 +145,7 @@ class param_store {
     return true;
   }
   /// Whether every value and gradient is where pack() put it.
-  bool packed() const { return values_.holds(value_tensors()) && grads_.holds(grad_tensors()); }
+  bool packed() const { return in_layout(values_, &entry::value) && in_layout(grads_, &entry::grad); }
   /// The blocks of a packed store: the values and the gradients, with the same segments (one
   /// per parameter, in name order). Meaningful only while packed().
   const flat_block<T>& value_block() const { return values_; }
@@ -184,23 +182,22 @@ class param_store {
   // tensor's own when empty), adopted once both are made.
   void pack_blocks(std::span<const dims_t> shapes) {
     flat_block<T> values, grads;
-    values.pack(value_tensors(), shapes);
-    grads.pack(grad_tensors(), shapes);
+    values.pack(members(&entry::value), shapes);
+    grads.pack(members(&entry::grad), shapes);
     values_ = std::move(values);
     grads_ = std::move(grads);
   }
-  // Pointers to every value (gradient) tensor, in name order. Plain vectors, not range adaptors
-  // over the map: clang 14 with libstdc++ 12 (the fuzz build) cannot compile those.
-  std::vector<const tensor<T>*> value_tensors() const { return members(&entry::value); }
-  std::vector<const tensor<T>*> grad_tensors() const { return members(&entry::grad); }
-  std::vector<tensor<T>*> value_tensors() { return members(&entry::value); }
-  std::vector<tensor<T>*> grad_tensors() { return members(&entry::grad); }
-  std::vector<const tensor<T>*> members(tensor<T> entry::*m) const {
-    std::vector<const tensor<T>*> out;
-    out.reserve(entries_.size());
-    for (const auto& kv : entries_) out.push_back(&(kv.second.*m));
-    return out;
+  // Whether block b holds member m (value or grad) of every entry, in name order (no
+  // allocation: zero_grad and every optimizer step ask).
+  bool in_layout(const flat_block<T>& b, tensor<T> entry::*m) const {
+    if (b.segments().size() != entries_.size()) return false;
+    std::size_t k = 0;
+    for (const auto& kv : entries_)
+      if (!b.holds(k++, kv.second.*m)) return false;
+    return true;
   }
+  // Pointers to member m (value or grad) of every entry, in name order. A plain vector, not a
+  // range adaptor over the map: clang 14 with libstdc++ 12 (the fuzz build) cannot compile those.
   std::vector<tensor<T>*> members(tensor<T> entry::*m) {
     std::vector<tensor<T>*> out;
     out.reserve(entries_.size());

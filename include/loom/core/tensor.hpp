@@ -142,7 +142,7 @@ class tensor {
 
   /// A tensor of `shape` whose elements are the shape.size() elements from `first` on, as they
   /// are, inside a block that `first` keeps alive (an aliasing shared_ptr of the block's owner).
-  static tensor in_block(dims_t shape, std::shared_ptr<T> first) noexcept {
+  static tensor placed(dims_t shape, std::shared_ptr<T> first) noexcept {
     tensor t;
     t.dims_ = shape;
     t.block_ = std::move(first);
