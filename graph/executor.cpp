@@ -119,10 +119,14 @@ void executor<T>::impl::check_params_unmoved() const {
 // One parameter's check, also made before a parameter's value or gradient is read back (an
 // optimizer made after forward() packs the store, which moves every parameter).
 template <class T>
-void executor<T>::impl::check_param_unmoved(int i, const char* what) const {
+bool executor<T>::impl::param_in_place(int i) const {
   const auto* e = param_at(i);
-  const bool same = e && e->value.data() == val[i] && e->grad.data() == grad[i] && e->value.dims() == dims[i];
-  if (!same)
+  return e && e->value.data() == val[i] && e->grad.data() == grad[i] && e->value.dims() == dims[i];
+}
+
+template <class T>
+void executor<T>::impl::check_param_unmoved(int i, const char* what) const {
+  if (!param_in_place(i))
     throw error(std::string(what) + ": parameter " + quoted(plan.order[i]->name) +
                 " was replaced in the store after forward() (its memory moved); call forward() again first");
 }

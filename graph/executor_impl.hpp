@@ -133,6 +133,7 @@ struct executor<T>::impl {
   bool forward_failed = false;      // the last forward() threw inside a kernel: its values are partial
   void check_params_unmoved() const;  // backward(): the store still holds the forward's parameters
   void check_param_unmoved(int i, const char* what) const;  // the same for parameter node i
+  bool param_in_place(int i) const;  // parameter node i's store entry is where the last bind found it
   void check_readable() const {       // values may be read: a forward() completed, none is running
     if (in_use.load(std::memory_order_acquire))
       throw error("executor: a value read while a call on the executor is running (from another thread?)");

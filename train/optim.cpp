@@ -67,9 +67,10 @@ void optimizer<T>::step() {
     // pieces of at most `grain` elements (none spans two parameters), for for_elements
     constexpr std::int64_t grain = 16384;  // 64 KiB of floats per array: a TBB task's worth
     pieces_.clear();
-    for (const auto& s : params_.value_block().segments())
-      for (std::int64_t at = 0; at < s.size; at += grain)
-        pieces_.push_back({s.offset + at, std::min(grain, s.size - at)});
+    const auto segments = params_.value_block().segments();
+    for (std::size_t k = 0; k < segments.size(); ++k)
+      for (std::int64_t at = 0; at < segments[k].size; at += grain)
+        pieces_.push_back({segments[k].offset + at, std::min(grain, segments[k].size - at), k});
     prepare();
   } catch (...) {
     if (state_.step == 0) state_.buffers.clear();  // no half-made buffers before the first step
@@ -120,7 +121,7 @@ template <class T>
 template <class Fn>
 void optimizer<T>::for_elements(const Fn& fn) const {
   tbb::parallel_for(tbb::blocked_range<std::size_t>(0, pieces_.size()), [&](const tbb::blocked_range<std::size_t>& r) {
-    for (std::size_t i = r.begin(); i != r.end(); ++i) fn(pieces_[i].offset, pieces_[i].n);
+    for (std::size_t i = r.begin(); i != r.end(); ++i) fn(pieces_[i].offset, pieces_[i].n, pieces_[i].param);
   });
 }
 
@@ -231,7 +232,6 @@ void sgd<T>::update() {
   T* const p = this->params().value_block().elements().data();
   const T* const grad = this->params().grad_block().elements().data();
   T* const buf = buf_;
-  const auto segments = this->params().value_block().segments();
   const sgd_step<T> base{momentum,
                          options_.nesterov,
                          false,
@@ -240,13 +240,9 @@ void sgd<T>::update() {
                          static_cast<T>(options_.weight_decay),
                          static_cast<T>(options_.momentum),
                          static_cast<T>(1 - options_.dampening)};
-  this->for_elements([&](std::int64_t offset, std::int64_t n) {
+  this->for_elements([&](std::int64_t offset, std::int64_t n, std::size_t param) {
     sgd_step<T> k = base;
-    if (momentum) {  // the parameter this piece belongs to: was its buffer made this step?
-      const auto s = std::upper_bound(segments.begin(), segments.end(), offset,
-                                      [](std::int64_t o, const auto& seg) { return o < seg.offset; });
-      k.first = fresh_[static_cast<std::size_t>(s - segments.begin() - 1)] != 0;
-    }
+    k.first = momentum && fresh_[param] != 0;  // its buffer was made this step
     sgd_elements(k, p + offset, grad + offset, momentum ? buf + offset : nullptr, n);
   });
 }
@@ -327,8 +323,9 @@ void adam<T>::update() {
   const T* const grad = this->params().grad_block().elements().data();
   T* const m = m_;
   T* const v = v_;
-  this->for_elements(
-      [&](std::int64_t offset, std::int64_t n) { adam_elements(k, p + offset, grad + offset, m + offset, v + offset, n); });
+  this->for_elements([&](std::int64_t offset, std::int64_t n, std::size_t) {
+    adam_elements(k, p + offset, grad + offset, m + offset, v + offset, n);
+  });
 }
 
 template <class T>

@@ -87,9 +87,10 @@ class optimizer {
   /// zeros where absent): the base of their block, whose segments are the store's. If `created`
   /// is given, it receives, per parameter in name order, whether its buffer was created now.
   T* packed(const std::string& kind, std::vector<char>* created = nullptr);
-  /// Runs fn(offset, n) over the elements of every parameter in the store's packed layout
-  /// (never the gaps between them), in parallel on the calling thread's TBB arena. Each
-  /// element is visited once, so results do not depend on the number of threads.
+  /// Runs fn(offset, n, param) over the elements of every parameter in the store's packed
+  /// layout (never the gaps between them; param: the parameter's index in name order), in
+  /// parallel on the calling thread's TBB arena. Each element is visited once, so results do
+  /// not depend on the number of threads.
   template <class Fn>
   void for_elements(const Fn& fn) const;
   optimizer_state<T> state_;
@@ -101,6 +102,7 @@ class optimizer {
   std::map<std::string, flat_block<T>> blocks_;  // where packed() put the buffers of each kind
   struct piece {
     std::int64_t offset, n;
+    std::size_t param;  // the parameter's index in name order
   };
   std::vector<piece> pieces_;  // for_elements' work, made by step() before prepare()
 };
