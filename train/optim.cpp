@@ -83,12 +83,24 @@ void optimizer<T>::step() {
 template <class T>
 T* optimizer<T>::packed(const std::string& kind, std::vector<char>* created) {
   auto& by_param = state_.buffers[kind];
+  flat_block<T>& block = blocks_[kind];
+  if (created) created->assign(params_.size(), 0);
+  {  // every step after the first: the buffers are where the last step left them (no allocation)
+    bool in_place = by_param.size() == params_.size();
+    std::size_t k = 0;
+    auto it = by_param.begin();
+    for (const auto& [name, e] : params_) {
+      if (!in_place) break;
+      in_place = it->first == name && block.holds(k++, it->second);
+      ++it;
+    }
+    if (in_place && k == block.segments().size()) return block.elements().data();
+  }
   std::vector<tensor<T>*> buffers;
   std::vector<dims_t> shapes;
   std::vector<const std::string*> made;  // buffers added now, empty until the block holds them
   buffers.reserve(params_.size());
   shapes.reserve(params_.size());
-  if (created) created->assign(params_.size(), 0);
   std::size_t k = 0;
   auto it = by_param.begin();  // both maps are in name order: one walk over each
   for (const auto& [name, e] : params_) {
@@ -103,7 +115,6 @@ T* optimizer<T>::packed(const std::string& kind, std::vector<char>* created) {
     ++it;
     ++k;
   }
-  flat_block<T>& block = blocks_[kind];
   if (!block.holds(buffers)) {
     // New buffers are made as zeros in the new block: never a tensor of their own first, which
     // would be the size of all parameters once more at the peak of the first step.
