@@ -16,6 +16,8 @@
 //                             nn::language_model<C, decode_mode>), ms per token after the prefill
 //   sgemm                     the BLAS ceiling: 1024³ sgemm through loom's own BLAS entry
 //                             (ops::gemm, one thread per call), N concurrent calls for N threads
+//   fma_peak                  the machine's FP32 peak: N threads of independent vector FMAs on
+//                             registers (AVX-512F or AVX2 + FMA, chosen at run time); loom only
 //
 // Timing: warm-up (at least 3 calls and 0.3 s; --quick: 1 call and 0.05 s), then the median of
 // 7 (--quick, a smoke run: 3) repetitions of k calls each, k chosen from the median warm-up call
@@ -25,7 +27,11 @@
 //
 // Without --case, runs every case and prints a table; with --json, prints one JSON line per case.
 #include <oneapi/tbb/global_control.h>
+#include <immintrin.h>
 #include <sys/resource.h>
+// GCC 12's _mm512_reduce_add_ps passes an "undefined" vector to a shuffle, which
+// -Wuninitialized reports once inlined (a false positive)
+#pragma GCC diagnostic ignored "-Wuninitialized"
 
 #include <algorithm>
 #include <barrier>
@@ -35,6 +41,7 @@
 #include <cstdio>
 #include <cstring>
 #include <functional>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -370,22 +377,11 @@ json_line decode(const settings& s) {
   return j;
 }
 
-// ---------------------------------------------------------------- BLAS ceiling
+// ---------------------------------------------------------------- BLAS ceiling, FMA peak
 
-/// `threads` concurrent 1024³ sgemm calls through ops::gemm, each on its own matrices.
-json_line sgemm_ceiling(const settings& s) {
-  constexpr std::int64_t n = 1024;
-  const int k = s.threads;
-  std::vector<tensor<float>> a, b, c;
-  for (int i = 0; i < k; ++i) {
-    a.push_back(random_tensor({n, n}, 10 + static_cast<std::uint64_t>(i)));
-    b.push_back(random_tensor({n, n}, 20 + static_cast<std::uint64_t>(i)));
-    c.emplace_back(dims_t{n, n});
-  }
-  auto one = [&](int i) {
-    ops::gemm<float>(false, false, n, n, n, 1.0f, a[i].data(), n, b[i].data(), n, 0.0f, c[i].data(), n);
-  };
-  // the calls of one "call" of time_calls run concurrently, on k threads started once
+/// time_calls of `one(i)` for i = 0..k-1 run at once, call 0 on this thread and the others on
+/// k − 1 threads started once: a "call" ends when all k are done.
+timing time_concurrent(const settings& s, int k, const std::function<void(int)>& one) {
   std::barrier start(k), done(k);
   bool stop = false;
   std::vector<std::thread> workers;
@@ -398,16 +394,86 @@ json_line sgemm_ceiling(const settings& s) {
         done.arrive_and_wait();
       }
     });
-  const auto timed = time_calls(s, [&] {
+  auto timed = time_calls(s, [&] {
     start.arrive_and_wait();
     one(0);
     done.arrive_and_wait();
   });
-  auto j = timed.json();
   stop = true;
   start.arrive_and_wait();
   for (auto& w : workers) w.join();
+  return timed;
+}
+
+/// `threads` concurrent 1024³ sgemm calls through ops::gemm, each on its own matrices.
+json_line sgemm_ceiling(const settings& s) {
+  constexpr std::int64_t n = 1024;
+  const int k = s.threads;
+  std::vector<tensor<float>> a, b, c;
+  for (int i = 0; i < k; ++i) {
+    a.push_back(random_tensor({n, n}, 10 + static_cast<std::uint64_t>(i)));
+    b.push_back(random_tensor({n, n}, 20 + static_cast<std::uint64_t>(i)));
+    c.emplace_back(dims_t{n, n});
+  }
+  auto j = time_concurrent(s, k, [&](int i) {
+    ops::gemm<float>(false, false, n, n, n, 1.0f, a[i].data(), n, b[i].data(), n, 0.0f, c[i].data(), n);
+  }).json();
   return j.num("flop", static_cast<double>(k) * 2.0 * n * n * n);
+}
+
+// The FMA peak: 16 independent chains of vector multiply-adds, `steps` FMAs each, on registers
+// only (no memory, no dependence between chains longer than one FMA's latency: two FMA units of
+// 4 cycles' latency need 8 chains in flight). The widest vectors the CPU has, chosen at run
+// time: 16 floats (AVX-512F) or 8 (AVX2 + FMA); the multiplier and addend keep every value
+// finite and normal. Returns a sum of the chains, so that none of them is dropped.
+constexpr int fma_chains = 16;
+constexpr std::int64_t fma_steps = 1 << 18;
+
+[[gnu::target("avx512f")]] float fma_chains_512(float seed) {
+  __m512 acc[fma_chains];
+  for (int c = 0; c < fma_chains; ++c) acc[c] = _mm512_set1_ps(seed + static_cast<float>(c));
+  const __m512 m = _mm512_set1_ps(0.999999f), a = _mm512_set1_ps(1e-6f);
+  for (std::int64_t i = 0; i < fma_steps; ++i)
+#pragma GCC unroll 16
+    for (int c = 0; c < fma_chains; ++c) acc[c] = _mm512_fmadd_ps(acc[c], m, a);
+  __m512 t = acc[0];
+  for (int c = 1; c < fma_chains; ++c) t = _mm512_add_ps(t, acc[c]);
+  return _mm512_reduce_add_ps(t);
+}
+
+[[gnu::target("avx2,fma")]] float fma_chains_256(float seed) {
+  __m256 acc[fma_chains];
+  for (int c = 0; c < fma_chains; ++c) acc[c] = _mm256_set1_ps(seed + static_cast<float>(c));
+  const __m256 m = _mm256_set1_ps(0.999999f), a = _mm256_set1_ps(1e-6f);
+  for (std::int64_t i = 0; i < fma_steps; ++i)
+#pragma GCC unroll 16
+    for (int c = 0; c < fma_chains; ++c) acc[c] = _mm256_fmadd_ps(acc[c], m, a);
+  __m256 t = acc[0];
+  for (int c = 1; c < fma_chains; ++c) t = _mm256_add_ps(t, acc[c]);
+  alignas(32) float lane[8];
+  _mm256_store_ps(lane, t);
+  float sum = 0;
+  for (float x : lane) sum += x;
+  return sum;
+}
+
+/// `threads` threads at once, each running fma_chains_512 (or _256) on its own registers: the
+/// FLOP/s no GEMM on this machine can exceed. The other cases' GFLOP/s are read against it.
+json_line fma_peak(const settings& s) {
+  __builtin_cpu_init();
+  const bool wide = __builtin_cpu_supports("avx512f") != 0;
+  if (!wide && !(__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")))
+    throw std::runtime_error("fma_peak: this CPU has neither AVX-512F nor AVX2 + FMA");
+  const int k = s.threads, lanes = wide ? 16 : 8;
+  std::vector<float> sink(static_cast<std::size_t>(k));
+  auto j = time_concurrent(s, k, [&](int i) {
+    const float seed = 1.0f + static_cast<float>(i);
+    sink[static_cast<std::size_t>(i)] = wide ? fma_chains_512(seed) : fma_chains_256(seed);
+  }).json();
+  for (float x : sink)
+    if (!std::isfinite(x)) throw std::runtime_error("fma_peak: the chains did not stay finite");
+  j.num("vector_floats", lanes);
+  return j.num("flop", static_cast<double>(k) * 2.0 * fma_chains * lanes * static_cast<double>(fma_steps));
 }
 
 // ---------------------------------------------------------------- the cases
@@ -436,6 +502,7 @@ std::vector<bench_case> cases() {
   r.push_back({"gqa_fwdbwd", [](const settings& s) { return gqa(s, true, 4, 512); }});
   r.push_back({"decode", decode});
   r.push_back({"sgemm", sgemm_ceiling});
+  r.push_back({"fma_peak", fma_peak});
   return r;
 }
 

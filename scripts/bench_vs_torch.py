@@ -116,7 +116,12 @@ def case_names():
     names = []
     for b, t, d, h in MHA_SHAPES:
         names += [mha_name("fwd", b, t, d, h), mha_name("fwdbwd", b, t, d, h)]
-    return names + ["tiny_train", "small_train", "small_train_recompute", "gqa_fwd", "gqa_fwdbwd", "decode", "sgemm"]
+    return names + ["tiny_train", "small_train", "small_train_recompute", "gqa_fwd", "gqa_fwdbwd", "decode", "sgemm",
+                    "fma_peak"]
+
+
+# Cases PyTorch has no side of: the machine's FMA peak, which every GFLOP/s figure is read against.
+LOOM_ONLY = {"fma_peak"}
 
 
 def mha_flop(b, t, d):
@@ -544,12 +549,22 @@ LABELS = {"tiny_train": "train step, tiny enc–dec (d=64, h=4, 2+2, ffn 256, V=
           "gqa_fwdbwd": "GQA attention forward+backward, causal (B=4, Hq=16, Hkv=4, T=S=512, d=64)",
           "decode": "greedy decode, KV cache, per token (2 layers, d=256, h=8, ffn 1024, V=1000, prompt 16, 128 new)",
           "sgemm": "sgemm 1024³, time per product at full throughput (loom: N concurrent single-thread "
-                   "calls through its BLAS; PyTorch: torch.mm on N threads)"}
+                   "calls through its BLAS; PyTorch: torch.mm on N threads)",
+          "fma_peak": "FP32 FMA peak: N threads of independent vector FMAs on registers (time per call)"}
 
 
 def seconds(r):
     """The median time of a result; for sgemm, per 1024³ product (loom runs N of them at once)."""
     return r["median_s"] * (2 * 1024 ** 3 / r["flop"] if r["case"] == "sgemm" else 1)
+
+
+def gflops(r):
+    return r["flop"] / r["median_s"] * 1e-9
+
+
+def pct_of(r, peak):
+    """r's GFLOP/s as a percentage of the fma_peak result `peak` (same thread count)."""
+    return f"{100 * gflops(r) / gflops(peak):.0f}%"
 
 
 def label(name):
@@ -593,9 +608,15 @@ def report(results, meta):
             if not lo and not to:
                 continue
             notes = []
-            if name == "sgemm":
+            peak = by.get(("loom", "fma_peak", n))
+            if name == "fma_peak":
                 if lo:
-                    notes.append(f"loom {lo['flop'] / lo['median_s'] * 1e-9:.0f} GFLOP/s")
+                    notes.append(f"{gflops(lo):.0f} GFLOP/s ({n} thread{'s' if n > 1 else ''} × "
+                                 f"{lo['vector_floats']:.0f}-float FMAs); the other rows' % of peak are of this")
+            elif name == "sgemm":
+                if lo:
+                    notes.append(f"loom {lo['flop'] / lo['median_s'] * 1e-9:.0f} GFLOP/s"
+                                 + (f" ({pct_of(lo, peak)} of FMA peak)" if peak else ""))
                 if to:
                     notes.append(f"torch.mm {to['flop'] / to['median_s'] * 1e-9:.0f} GFLOP/s")
             elif name == "decode":
@@ -606,6 +627,8 @@ def report(results, meta):
             elif lo and "flop" in lo:
                 notes.append(f"GFLOP/s {lo['flop'] / lo['median_s'] * 1e-9:.1f} vs "
                              f"{to['flop'] / to['median_s'] * 1e-9:.1f}" if to else "")
+                if peak:
+                    notes.append(f"% of FMA peak {pct_of(lo, peak)}" + (f" vs {pct_of(to, peak)}" if to else ""))
             runs_of = {}  # PyTorch setting -> its runs (one per round)
             for r in tried.get(("torch", name, n), []):
                 runs_of.setdefault(r["threading"], []).append(r)
@@ -666,10 +689,11 @@ def report(results, meta):
 
         w("\n**Achieved GFLOP/s of the training step** (GEMM FLOPs counted analytically: "
           "`seq2seq_flop` in scripts/bench_vs_torch.py, forward × 3; ceiling = 1024³ sgemm through loom's "
-          "BLAS entry, N concurrent single-thread calls, measured in this run):\n")
+          "BLAS entry, N concurrent single-thread calls; FMA peak = the fma_peak row; both measured in "
+          "this run):\n")
         w("| configuration | threads | GFLOP per step | loom GFLOP/s | PyTorch GFLOP/s | sgemm ceiling | "
-          "loom % of ceiling | PyTorch % of ceiling |")
-        w("|---|---:|---:|---:|---:|---:|---:|---:|")
+          "loom % of ceiling | PyTorch % of ceiling | FMA peak | loom % of peak | PyTorch % of peak |")
+        w("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
         disturbed = []
         for name in trains:
             for n in threads:
@@ -678,8 +702,11 @@ def report(results, meta):
                     continue
                 lg, tg = lo["flop"] / lo["median_s"] * 1e-9, to["flop"] / to["median_s"] * 1e-9
                 ceil = sg["flop"] / sg["median_s"] * 1e-9 if sg else float("nan")
+                pk = by.get(("loom", "fma_peak", n))
+                peak = gflops(pk) if pk else float("nan")
                 w(f"| {name} | {n} | {lo['flop'] * 1e-9:.2f} | {lg:.1f} | {tg:.1f} | {ceil:.0f} | "
-                  f"{100 * lg / ceil:.0f}% | {100 * tg / ceil:.0f}% |")
+                  f"{100 * lg / ceil:.0f}% | {100 * tg / ceil:.0f}% | {peak:.0f} | {100 * lg / peak:.0f}% | "
+                  f"{100 * tg / peak:.0f}% |")
                 if max(lg, tg) > ceil:
                     disturbed.append(f"{name} at {n} threads")
 
@@ -763,7 +790,8 @@ def drive(args):
     idle = Idle(0 if args.quick else args.max_wait, args.wait_budget)
     rounds = 1 if args.quick else args.rounds
     runs = [(rnd, name, n, fw, setting) for rnd in range(1, rounds + 1) for name in names for n in threads
-            for fw, setting in [("loom", None)] + [("torch", t) for t in settings[n][:1 if args.quick else None]]]
+            for fw, setting in [("loom", None)] + [("torch", t) for t in settings[n][:1 if args.quick else None]
+                                                   if name not in LOOM_ONLY]]
     for k, (rnd, name, n, fw, setting) in enumerate(runs, 1):
         busy = idle.wait()
         if fw == "loom":
