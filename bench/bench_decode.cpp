@@ -105,9 +105,13 @@ int main(int argc, char** argv) {
   for (int n : {128, 512}) {
     nn::kv_cache<float> cache(step, 1, 16 + n);
     std::vector<int> cached_tokens, recomputed_tokens;
-    // warm-up of at least a quarter second: OpenBLAS's idle thread spins for about 0.1 s after
-    // the library loads, on a core that the second executor thread needs
-    for (auto t0 = clock_type::now(); seconds_since(t0) < 0.25;) cached_steps(run_step, cache, prompt, 8, nullptr);
+    // warm-up of at least a second: OpenBLAS's idle thread spins for about 0.1 s after the
+    // library loads, on a core that the second executor thread needs; and with a quarter second
+    // the first figure (128 tokens, ~70 ms of timed steps) was often in a slow state the process
+    // leaves later: at 1 thread it came out above the 512-token figure of the same process (which
+    // cannot be: a step's cost grows with the position) in 4 of 14 runs, with 1 s in none of 14
+    // [AMD EPYC, session 14]
+    for (auto t0 = clock_type::now(); seconds_since(t0) < 1.0;) cached_steps(run_step, cache, prompt, 8, nullptr);
     std::vector<double> runs;
     std::vector<std::vector<double>> steps;  // per repetition, per step
     for (int rep = 0; rep < (quick ? 1 : 5); ++rep) {
