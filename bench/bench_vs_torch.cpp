@@ -425,7 +425,10 @@ json_line sgemm_ceiling(const settings& s) {
 // only (no memory, no dependence between chains longer than one FMA's latency: two FMA units of
 // 4 cycles' latency need 8 chains in flight). The widest vectors the CPU has, chosen at run
 // time: 16 floats (AVX-512F) or 8 (AVX2 + FMA); the multiplier and addend keep every value
-// finite and normal. Returns a sum of the chains, so that none of them is dropped.
+// finite and normal. Returns a sum of the chains, so that none of them is dropped. Two copies,
+// one per instruction set: a shared template cannot call either set's intrinsics (GCC inlines
+// them only into a function compiled for that set), and generic vectors would not become FMAs
+// under -std=c++20 (no contraction).
 constexpr int fma_chains = 16;
 constexpr std::int64_t fma_steps = 1 << 18;
 

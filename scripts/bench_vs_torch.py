@@ -701,13 +701,13 @@ def report(results, meta):
                 if not lo or not to:
                     continue
                 lg, tg = lo["flop"] / lo["median_s"] * 1e-9, to["flop"] / to["median_s"] * 1e-9
-                ceil = sg["flop"] / sg["median_s"] * 1e-9 if sg else float("nan")
                 pk = by.get(("loom", "fma_peak", n))
-                peak = gflops(pk) if pk else float("nan")
-                w(f"| {name} | {n} | {lo['flop'] * 1e-9:.2f} | {lg:.1f} | {tg:.1f} | {ceil:.0f} | "
-                  f"{100 * lg / ceil:.0f}% | {100 * tg / ceil:.0f}% | {peak:.0f} | {100 * lg / peak:.0f}% | "
-                  f"{100 * tg / peak:.0f}% |")
-                if max(lg, tg) > ceil:
+                cells = []  # each reference (ceiling, peak): its GFLOP/s and both shares, or – when not run
+                for ref in (sg, pk):
+                    g = gflops(ref) if ref else None
+                    cells += [f"{g:.0f}", f"{100 * lg / g:.0f}%", f"{100 * tg / g:.0f}%"] if g else ["–"] * 3
+                w(f"| {name} | {n} | {lo['flop'] * 1e-9:.2f} | {lg:.1f} | {tg:.1f} | " + " | ".join(cells) + " |")
+                if sg and max(lg, tg) > gflops(sg):
                     disturbed.append(f"{name} at {n} threads")
 
         if disturbed:
