@@ -30,6 +30,54 @@ def expect_refused(cmd, mention):
         failures.append(f"{cmd}: exit {r.returncode}, stderr {r.stderr!r} (wanted 2 and one line with {mention!r})")
 
 
+def check_bench_decode_ab(scripts, work):
+    """scripts/bench_decode_ab: bad arguments end with exit status 2 before anything is built, and
+    the older bench_decode.cpp forms get the 1-s warm-up (the lines below are those of f228fb9
+    and of the sessions that warmed up for a quarter second); a form it does not know is refused."""
+    script = os.path.join(scripts, "bench_decode_ab")
+    for bad, mention in ((["--rounds", "0"], "--rounds"), (["--threads", "a"], "--threads"),
+                         (["--threads", "1,0"], "thread count")):
+        r = run([sys.executable, script] + bad)
+        ok = r.returncode == 2 and mention in r.stderr and "Traceback" not in r.stderr
+        print(("ok    " if ok else "FAIL  ") + "bench_decode_ab " + " ".join(bad))
+        if not ok:
+            failures.append(f"bench_decode_ab {bad}: exit {r.returncode}, stderr {r.stderr!r}")
+    import importlib.machinery
+    import importlib.util
+    loader = importlib.machinery.SourceFileLoader("bench_decode_ab", script)
+    spec = importlib.util.spec_from_loader("bench_decode_ab", loader)
+    ab = importlib.util.module_from_spec(spec)
+    loader.exec_module(ab)
+    one_second = "    for (auto t0 = clock_type::now(); seconds_since(t0) < 1.0;) cached_steps(run_step, cache, prompt, 8, nullptr);\n"
+    forms = {"one call": "    cached_steps(run_step, cache, prompt, 8, nullptr);  // warm-up\n",
+             "quarter second": "    for (auto t0 = clock_type::now(); seconds_since(t0) < 0.25;) "
+                               "cached_steps(run_step, cache, prompt, 8, nullptr);\n",
+             "one second": one_second}
+    d = os.path.join(work, "bench_decode_ab")
+    os.makedirs(d, exist_ok=True)
+    for name, line in forms.items():
+        path = os.path.join(d, "bench_decode.cpp")
+        with open(path, "w") as f:
+            f.write("int before;\n" + line + "int after;\n")
+        try:
+            ab.same_warmup(path)
+        except SystemExit as e:
+            failures.append(f"bench_decode_ab.same_warmup refused the {name} form: {e}")
+            continue
+        with open(path) as f:
+            got = f.read()
+        if got != "int before;\n" + one_second + "int after;\n":
+            failures.append(f"bench_decode_ab.same_warmup, {name} form: {got!r}")
+    with open(path, "w") as f:
+        f.write("    for (int w = 0; w < 3; ++w) cached_steps(run_step, cache, prompt, 8, nullptr);\n")
+    try:
+        ab.same_warmup(path)
+        failures.append("bench_decode_ab.same_warmup accepted a warm-up it does not know")
+    except SystemExit as e:
+        if "does not know" not in str(e):
+            failures.append(f"bench_decode_ab.same_warmup: {e}")
+
+
 def safetensors(path, tensors):
     """A valid safetensors file of F32 tensors {name: (shape, values)}."""
     header, data = {}, b""
@@ -144,6 +192,8 @@ def main():
     except SystemExit as e:
         if "cannot write to --out-dir" not in str(e):
             failures.append(f"bench_vs_torch.prepare_out_dir: {e}")
+
+    check_bench_decode_ab(args.scripts, work)
 
     for f in failures:
         print("FAILED:", f, file=sys.stderr)
