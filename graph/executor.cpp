@@ -30,6 +30,7 @@ executor<T>::impl::impl(plan_view p, param_store<T>& ps, exec_options o) : origi
 // off, or keep_all), and everything derived from it. Again after keep().
 template <class T>
 void executor<T>::impl::adopt_plan() {
+  loom::detail::check_op_ids();  // two ops of one name would share node hashes and random streams
   rewritten = detail::rewrite(original, keep_original, opts.fuse && !opts.keep_all);
   plan = rewritten->view;
   n = plan.size();

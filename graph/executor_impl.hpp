@@ -19,7 +19,7 @@
 
 #include <oneapi/tbb/task_arena.h>
 
-#include "../ops/kernel.hpp"
+#include "loom/core/kernel.hpp"
 #include "arena_allocator.hpp"
 #include "loom/graph/executor.hpp"
 #include "planner.hpp"

@@ -4,11 +4,12 @@
 #include <algorithm>
 #include <cmath>
 
-#include "kernel.hpp"
+#include "loom/core/kernel.hpp"
 #include "loom/ops/activation.hpp"
-#include "parallel.hpp"
+#include "loom/core/parallel.hpp"
 
-namespace loom::ops {
+namespace loom {
+using namespace ops;  // the kernels' helpers
 namespace {
 
 constexpr std::int64_t elementwise_grain = 1 << 14;
@@ -26,14 +27,14 @@ void each(std::int64_t n, F f) {
 }  // namespace
 
 template <class T>
-void relu_kernel<T>::forward(const op_args<T>& a) {
+void relu_op::forward(const op_args<T>& a) {
   const T* x = a.input(0);
   T* y = a.out;
   each(a.out_dims.size(), [&](std::int64_t i) { y[i] = std::max(x[i], T(0)); });
 }
 
 template <class T>
-void relu_kernel<T>::backward(const op_args<T>& a) {
+void relu_op::backward(const op_args<T>& a) {
   T* dx = a.grad(0);
   if (!dx) return;
   const T* y = a.out;  // y > 0 exactly where x > 0: the input need not be kept for backward
@@ -47,14 +48,14 @@ void relu_kernel<T>::backward(const op_args<T>& a) {
 }
 
 template <class T>
-void gelu_kernel<T>::forward(const op_args<T>& a) {
+void gelu_op::forward(const op_args<T>& a) {
   const T* x = a.input(0);
   T* y = a.out;
   each(a.out_dims.size(), [&](std::int64_t i) { y[i] = x[i] * T(0.5) * (T(1) + std::erf(x[i] * T(inv_sqrt2))); });
 }
 
 template <class T>
-void gelu_kernel<T>::backward(const op_args<T>& a) {
+void gelu_op::backward(const op_args<T>& a) {
   T* dx = a.grad(0);
   if (!dx) return;
   const T* x = a.input(0);
@@ -66,9 +67,13 @@ void gelu_kernel<T>::backward(const op_args<T>& a) {
   });
 }
 
-template struct relu_kernel<float>;
-template struct relu_kernel<double>;
-template struct gelu_kernel<float>;
-template struct gelu_kernel<double>;
+template void relu_op::forward(const op_args<float>&);
+template void relu_op::forward(const op_args<double>&);
+template void relu_op::backward(const op_args<float>&);
+template void relu_op::backward(const op_args<double>&);
+template void gelu_op::forward(const op_args<float>&);
+template void gelu_op::forward(const op_args<double>&);
+template void gelu_op::backward(const op_args<float>&);
+template void gelu_op::backward(const op_args<double>&);
 
-}  // namespace loom::ops
+}  // namespace loom

@@ -5,15 +5,16 @@
 #include <algorithm>
 
 #include "broadcast.hpp"
-#include "kernel.hpp"
+#include "loom/core/kernel.hpp"
 #include "loom/ops/add.hpp"
-#include "parallel.hpp"
+#include "loom/core/parallel.hpp"
 #include "pass_gradient.hpp"
 
-namespace loom::ops {
+namespace loom {
+using namespace ops;  // the kernels' helpers
 
 template <class T>
-void add_kernel<T>::forward(const op_args<T>& a) {
+void add_op::forward(const op_args<T>& a) {
   const T* x = a.input(0);
   const T* b = a.input(1);
   T* y = a.out;
@@ -21,7 +22,7 @@ void add_kernel<T>::forward(const op_args<T>& a) {
 }
 
 template <class T>
-void add_kernel<T>::backward(const op_args<T>& a) {
+void add_op::backward(const op_args<T>& a) {
   const T* dy = a.dout;
   const broadcast_layout l(a.out_dims, a.in_dims[0], a.in_dims[1]);
   // add(x, x) passes one gradient buffer twice: the two sums run one after the other
@@ -37,7 +38,7 @@ void add_kernel<T>::backward(const op_args<T>& a) {
 }
 
 template <class T>
-void sum_kernel<T>::forward(const op_args<T>& a) {
+void sum_op::forward(const op_args<T>& a) {
   const std::int64_t n = a.in_dims[0].size();
   const T* x = a.input(0);
   T total = 0;
@@ -46,7 +47,7 @@ void sum_kernel<T>::forward(const op_args<T>& a) {
 }
 
 template <class T>
-void sum_kernel<T>::backward(const op_args<T>& a) {
+void sum_op::backward(const op_args<T>& a) {
   T* dx = a.grad(0);
   if (!dx) return;
   const T g = a.dout[0];
@@ -56,9 +57,13 @@ void sum_kernel<T>::backward(const op_args<T>& a) {
   });
 }
 
-template struct add_kernel<float>;
-template struct add_kernel<double>;
-template struct sum_kernel<float>;
-template struct sum_kernel<double>;
+template void add_op::forward(const op_args<float>&);
+template void add_op::forward(const op_args<double>&);
+template void add_op::backward(const op_args<float>&);
+template void add_op::backward(const op_args<double>&);
+template void sum_op::forward(const op_args<float>&);
+template void sum_op::forward(const op_args<double>&);
+template void sum_op::backward(const op_args<float>&);
+template void sum_op::backward(const op_args<double>&);
 
-}  // namespace loom::ops
+}  // namespace loom

@@ -27,7 +27,7 @@
 #include "fused_attention.hpp"
 #include "loom/core/errors.hpp"
 #include "mask_strides.hpp"
-#include "parallel.hpp"
+#include "loom/core/parallel.hpp"
 #include "vector_isa.hpp"
 #include "vmath.hpp"
 
@@ -778,7 +778,7 @@ std::int64_t attention_saved(const void* params, const dims_t&, std::span<const 
 }
 
 template <class T>
-void attention_kernel<T>::forward(const op_args<T>& a) {
+void attention_op::forward(const op_args<T>& a) {
   const problem<T> pr(a);
   if (small_path(pr)) {  // blocks of `lanes` rows, chunks of about 2^16 multiply-adds
     const std::int64_t blocks = (pr.rows + lanes - 1) / lanes;
@@ -801,7 +801,7 @@ void attention_kernel<T>::forward(const op_args<T>& a) {
 }
 
 template <class T>
-void attention_kernel<T>::backward(const op_args<T>& a) {
+void attention_op::backward(const op_args<T>& a) {
   const problem<T> pr(a);
   const auto& p = *pr.p;
   const operand<const T> dout = pr.entries(a.dout, apply_view(p.out, a.out_dims));
@@ -863,7 +863,9 @@ void attention_kernel<T>::backward(const op_args<T>& a) {
   });
 }
 
-template struct attention_kernel<float>;
-template struct attention_kernel<double>;
+template void attention_op::forward(const op_args<float>&);
+template void attention_op::forward(const op_args<double>&);
+template void attention_op::backward(const op_args<float>&);
+template void attention_op::backward(const op_args<double>&);
 
 }  // namespace loom::ops

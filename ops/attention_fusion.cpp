@@ -58,15 +58,15 @@ int view_below(const plan_view& p, std::span<const std::uint8_t> absorbable, int
   while (only_for(p, absorbable, x, by)) {
     const node_desc& d = *p.order[x];
     view_step st;
-    if (d.op == &transpose_entry) {
+    if (d.op == &entry_of<transpose_def>) {
       const auto perm = load_attrs<transpose_attrs>(d).perm;
       st.kind = view_step::permute;
       for (int a = 0; a < d.rank && a < max_rank; ++a) st.perm[a] = static_cast<std::int8_t>(perm[a]);
-    } else if (d.op == &reshape_entry && split_axis(p, x) >= 0) {
+    } else if (d.op == &entry_of<reshape_def> && split_axis(p, x) >= 0) {
       st.kind = view_step::split;
       st.axis = split_axis(p, x);
       st.size = p.dims[x][st.axis + 1].constant;
-    } else if (d.op == &slice_entry && p.dims[x][max_rank].n_syms == 0 && p.dims[x][max_rank + 1].n_syms == 0) {
+    } else if (d.op == &entry_of<slice_def> && p.dims[x][max_rank].n_syms == 0 && p.dims[x][max_rank + 1].n_syms == 0) {
       st.kind = view_step::slice;
       st.axis = static_cast<int>(load_attrs<slice_attrs>(d).axis);
       st.begin = p.dims[x][max_rank].constant;
@@ -84,7 +84,7 @@ int view_below(const plan_view& p, std::span<const std::uint8_t> absorbable, int
 }
 
 bool is_matmul(const node_desc& d, bool trans_a, bool trans_b) {
-  if (d.op != &matmul_entry) return false;
+  if (d.op != &entry_of<matmul_def>) return false;
   const auto t = load_attrs<matmul_attrs>(d);
   return t.trans_a == trans_a && t.trans_b == trans_b;
 }
@@ -92,7 +92,7 @@ bool is_matmul(const node_desc& d, bool trans_a, bool trans_b) {
 std::optional<fusion> attention_rule(const plan_view& p, int root, std::span<const std::uint8_t> absorbable) {
   auto f = std::make_shared<attention_params>();
   fusion r;
-  r.op = &attention_entry;
+  r.op = &entry_of<attention_op>;
   r.root = root;
   // the output side: o under merges of two axes and transposes (the heads merged back, the
   // query groups of grouped-query attention merged into heads) — where o lies in the root
@@ -100,10 +100,10 @@ std::optional<fusion> attention_rule(const plan_view& p, int root, std::span<con
   for (;;) {
     const node_desc& d = *p.order[o];
     view_step back;
-    if (d.op == &reshape_entry && merge_axis(p, o) >= 0) {
+    if (d.op == &entry_of<reshape_def> && merge_axis(p, o) >= 0) {
       const int a = merge_axis(p, o);
       back = {.kind = view_step::split, .axis = a, .size = p.dims[p.inputs(o)[0]][a + 1].constant};
-    } else if (d.op == &transpose_entry) {
+    } else if (d.op == &entry_of<transpose_def>) {
       const auto perm = load_attrs<transpose_attrs>(d).perm;
       back.kind = view_step::permute;
       for (int a = 0; a < d.rank; ++a) back.perm[perm[a]] = static_cast<std::int8_t>(a);
@@ -125,7 +125,7 @@ std::optional<fusion> attention_rule(const plan_view& p, int root, std::span<con
   int above = o;
   int group_axis = -1;
   long group_size = 0;
-  if (p.order[weights]->op == &reshape_entry && split_axis(p, weights) >= 0) {
+  if (p.order[weights]->op == &entry_of<reshape_def> && split_axis(p, weights) >= 0) {
     if (!only_for(p, absorbable, weights, o)) return std::nullopt;
     group_axis = split_axis(p, weights);
     group_size = p.dims[weights][group_axis + 1].constant;
@@ -134,7 +134,7 @@ std::optional<fusion> attention_rule(const plan_view& p, int root, std::span<con
     weights = p.inputs(weights)[0];
   }
   int drop_seed = -1;
-  if (p.order[weights]->op == &dropout_entry) {  // dropout on the weights: its mask is applied inside
+  if (p.order[weights]->op == &entry_of<dropout_def>) {  // dropout on the weights: its mask is applied inside
     if (!only_for(p, absorbable, weights, above)) return std::nullopt;
     f->dropout = load_attrs<dropout_attrs>(*p.order[weights]).p;
     f->dropout_hash = p.order[weights]->hash;
@@ -143,7 +143,7 @@ std::optional<fusion> attention_rule(const plan_view& p, int root, std::span<con
     above = weights;
     weights = p.inputs(weights)[0];
   }
-  if (p.order[weights]->op != &softmax_entry || !only_for(p, absorbable, weights, above)) return std::nullopt;
+  if (p.order[weights]->op != &entry_of<softmax_op> || !only_for(p, absorbable, weights, above)) return std::nullopt;
   r.absorbed.push_back(weights);
   int x = p.inputs(weights)[0];
   above = weights;
@@ -152,15 +152,15 @@ std::optional<fusion> attention_rule(const plan_view& p, int root, std::span<con
   for (;;) {
     const node_desc& d = *p.order[x];
     attention_params::mask m;
-    if (d.op == &mask_causal_entry) {
+    if (d.op == &entry_of<mask_causal_op>) {
       m.kind = attention_params::mask::causal;
-    } else if (d.op == &mask_padding_entry) {
+    } else if (d.op == &entry_of<mask_padding_def>) {
       m.kind = load_attrs<mask_padding_attrs>(d).left ? attention_params::mask::left_padding
                                                       : attention_params::mask::padding;
-    } else if (d.op == &mask_bool_entry) {
+    } else if (d.op == &entry_of<mask_bool_def>) {
       m.kind = attention_params::mask::boolean;
       m.lead = static_cast<int>(load_attrs<mask_bool_attrs>(d).lead);
-    } else if (d.op == &add_entry && same_dims(p, x, p.inputs(x)[0]) && p.inputs(x)[0] != p.inputs(x)[1] &&
+    } else if (d.op == &entry_of<add_op> && same_dims(p, x, p.inputs(x)[0]) && p.inputs(x)[0] != p.inputs(x)[1] &&
                p.order[p.inputs(x)[1]]->elem == dtype::real) {
       m.kind = attention_params::mask::additive;  // a float mask added to the scores
     } else {
@@ -176,7 +176,7 @@ std::optional<fusion> attention_rule(const plan_view& p, int root, std::span<con
     above = x;
     x = p.inputs(x)[0];
   }
-  if (p.order[x]->op == &scale_entry) {
+  if (p.order[x]->op == &entry_of<scale_def>) {
     if (!only_for(p, absorbable, x, above)) return std::nullopt;
     f->scale = load_attrs<scale_attrs>(*p.order[x]).factor;
     r.absorbed.push_back(x);
@@ -184,7 +184,7 @@ std::optional<fusion> attention_rule(const plan_view& p, int root, std::span<con
     x = p.inputs(x)[0];
   }
   if (group_axis >= 0) {  // the scores' merge must undo the weights' split
-    if (p.order[x]->op != &reshape_entry || merge_axis(p, x) != group_axis ||
+    if (p.order[x]->op != &entry_of<reshape_def> || merge_axis(p, x) != group_axis ||
         p.dims[p.inputs(x)[0]][group_axis + 1].constant != group_size || !only_for(p, absorbable, x, above))
       return std::nullopt;
     r.absorbed.push_back(x);

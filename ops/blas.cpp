@@ -17,7 +17,7 @@
 
 #include "loom/core/errors.hpp"
 #include "loom/core/tensor.hpp"  // aligned_allocator
-#include "parallel.hpp"
+#include "loom/core/parallel.hpp"
 #include "sgemm_avx512.hpp"
 
 namespace loom::ops {

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "loom/core/tensor.hpp"
-#include "parallel.hpp"
+#include "loom/core/parallel.hpp"
 
 namespace loom::ops {
 

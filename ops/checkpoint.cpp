@@ -4,29 +4,32 @@
 //             block's inputs get no contribution (zeros when this is their first)
 #include <algorithm>
 
-#include "kernel.hpp"
+#include "loom/core/kernel.hpp"
 #include "loom/ops/checkpoint.hpp"
-#include "parallel.hpp"
+#include "loom/core/parallel.hpp"
 #include "pass_gradient.hpp"
 
-namespace loom::ops {
+namespace loom {
+using namespace ops;  // the kernels' helpers
 
 template <class T>
-void checkpoint_kernel<T>::forward(const op_args<T>& a) {
+void checkpoint_op::forward(const op_args<T>& a) {
   const T* y = a.input(0);
   if (a.out == y) return;  // a view of its input, as the executor places it
   std::copy(y, y + a.out_dims.size(), a.out);
 }
 
 template <class T>
-void checkpoint_kernel<T>::backward(const op_args<T>& a) {
+void checkpoint_op::backward(const op_args<T>& a) {
   const T* dy = a.dout;
   if (T* dx = a.grad(0); dx && dx != dy) pass_gradient(dy, dx, a.out_dims.size(), a.fresh(0));
   for (std::size_t k = 1; k < a.din.size(); ++k)
     if (a.din[k] && a.fresh(static_cast<int>(k))) std::fill(a.din[k], a.din[k] + a.in_dims[k].size(), T(0));
 }
 
-template struct checkpoint_kernel<float>;
-template struct checkpoint_kernel<double>;
+template void checkpoint_op::forward(const op_args<float>&);
+template void checkpoint_op::forward(const op_args<double>&);
+template void checkpoint_op::backward(const op_args<float>&);
+template void checkpoint_op::backward(const op_args<double>&);
 
-}  // namespace loom::ops
+}  // namespace loom

@@ -5,15 +5,16 @@
 #include <cstring>
 #include <string>
 
-#include "kernel.hpp"
+#include "loom/core/kernel.hpp"
 #include "loom/ops/concat.hpp"
 #include "loom/core/errors.hpp"
-#include "parallel.hpp"
+#include "loom/core/parallel.hpp"
 
-namespace loom::ops {
+namespace loom {
+using namespace ops;  // the kernels' helpers
 
 template <class T>
-void concat_kernel<T>::forward(const op_args<T>& a) {
+void concat_def::forward(const op_args<T>& a) {
   const int axis = static_cast<int>(a.template attrs<concat_attrs>().axis);
   const dims_t& od = a.out_dims;
   const std::int64_t outer = od.prod(0, axis), inner = od.prod(axis + 1, od.rank);
@@ -43,7 +44,7 @@ void concat_kernel<T>::forward(const op_args<T>& a) {
 }
 
 template <class T>
-void concat_kernel<T>::backward(const op_args<T>& a) {
+void concat_def::backward(const op_args<T>& a) {
   const int axis = static_cast<int>(a.template attrs<concat_attrs>().axis);
   const dims_t& od = a.out_dims;
   const std::int64_t outer = od.prod(0, axis), inner = od.prod(axis + 1, od.rank);
@@ -67,7 +68,7 @@ void concat_kernel<T>::backward(const op_args<T>& a) {
 }
 
 template <class T>
-void slice_kernel<T>::check(const op_args<T>& a) {
+void slice_def::check(const op_args<T>& a) {
   const int axis = static_cast<int>(a.template attrs<slice_attrs>().axis);
   const std::int64_t dim = a.in_dims[0].d[axis];
   if (a.dattr[0] < 0 || a.dattr[0] + a.dattr[1] > dim)
@@ -76,7 +77,7 @@ void slice_kernel<T>::check(const op_args<T>& a) {
 }
 
 template <class T>
-void slice_kernel<T>::forward(const op_args<T>& a) {
+void slice_def::forward(const op_args<T>& a) {
   const int axis = static_cast<int>(a.template attrs<slice_attrs>().axis);
   const dims_t& xd = a.in_dims[0];
   const std::int64_t outer = xd.prod(0, axis), inner = xd.prod(axis + 1, xd.rank);
@@ -90,7 +91,7 @@ void slice_kernel<T>::forward(const op_args<T>& a) {
 }
 
 template <class T>
-void slice_kernel<T>::backward(const op_args<T>& a) {
+void slice_def::backward(const op_args<T>& a) {
   T* dx = a.grad(0);
   if (!dx) return;
   const int axis = static_cast<int>(a.template attrs<slice_attrs>().axis);
@@ -107,9 +108,15 @@ void slice_kernel<T>::backward(const op_args<T>& a) {
   });
 }
 
-template struct concat_kernel<float>;
-template struct concat_kernel<double>;
-template struct slice_kernel<float>;
-template struct slice_kernel<double>;
+template void concat_def::forward(const op_args<float>&);
+template void concat_def::forward(const op_args<double>&);
+template void concat_def::backward(const op_args<float>&);
+template void concat_def::backward(const op_args<double>&);
+template void slice_def::forward(const op_args<float>&);
+template void slice_def::forward(const op_args<double>&);
+template void slice_def::backward(const op_args<float>&);
+template void slice_def::backward(const op_args<double>&);
+template void slice_def::check(const op_args<float>&);
+template void slice_def::check(const op_args<double>&);
 
-}  // namespace loom::ops
+}  // namespace loom

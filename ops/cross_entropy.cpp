@@ -10,14 +10,15 @@
 #include <vector>
 
 #include "index_text.hpp"
-#include "kernel.hpp"
+#include "loom/core/kernel.hpp"
 #include "loom/ops/cross_entropy.hpp"
 #include "loom/core/errors.hpp"
-#include "parallel.hpp"
+#include "loom/core/parallel.hpp"
 #include "vector_isa.hpp"
 #include "vmath.hpp"
 
-namespace loom::ops {
+namespace loom {
+using namespace ops;  // the kernels' helpers
 namespace {
 
 // Throws for a target outside [0, V) that is not the ignore index; returns the number of
@@ -75,7 +76,7 @@ LOOM_VECTOR_CLONES void backward_row(const T* xr, T* dxr, std::int64_t v, std::i
 }  // namespace
 
 template <class T>
-void cross_entropy_kernel<T>::forward(const op_args<T>& a) {
+void cross_entropy_def::forward(const op_args<T>& a) {
   const operands<T> o(a);
   const auto [v, rows, ignore, eps, x, target, count] = o;
   std::vector<double> loss(static_cast<std::size_t>(rows), 0.0);
@@ -99,7 +100,7 @@ void cross_entropy_kernel<T>::forward(const op_args<T>& a) {
 }
 
 template <class T>
-void cross_entropy_kernel<T>::backward(const op_args<T>& a) {
+void cross_entropy_def::backward(const op_args<T>& a) {
   T* dx = a.grad(0);
   if (!dx) return;
   const operands<T> o(a);
@@ -126,7 +127,9 @@ void cross_entropy_kernel<T>::backward(const op_args<T>& a) {
   });
 }
 
-template struct cross_entropy_kernel<float>;
-template struct cross_entropy_kernel<double>;
+template void cross_entropy_def::forward(const op_args<float>&);
+template void cross_entropy_def::forward(const op_args<double>&);
+template void cross_entropy_def::backward(const op_args<float>&);
+template void cross_entropy_def::backward(const op_args<double>&);
 
-}  // namespace loom::ops
+}  // namespace loom

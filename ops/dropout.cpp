@@ -7,17 +7,18 @@
 //   key = mix(mix(seed[0] · 2³² + seed[1]) ^ the node's structural hash).
 
 #include "dropout_mask.hpp"
-#include "kernel.hpp"
+#include "loom/core/kernel.hpp"
 #include "loom/ops/dropout.hpp"
-#include "parallel.hpp"
+#include "loom/core/parallel.hpp"
 
-namespace loom::ops {
+namespace loom {
+using namespace ops;  // the kernels' helpers
 using namespace dropout_detail;
 
 constexpr std::int64_t elementwise_grain = 1 << 14;
 
 template <class T>
-void dropout_kernel<T>::forward(const op_args<T>& a) {
+void dropout_def::forward(const op_args<T>& a) {
   const std::int64_t n = a.out_dims.size();
   const T* x = a.input(0);
   T* y = a.out;
@@ -36,7 +37,7 @@ void dropout_kernel<T>::forward(const op_args<T>& a) {
 }
 
 template <class T>
-void dropout_kernel<T>::backward(const op_args<T>& a) {
+void dropout_def::backward(const op_args<T>& a) {
   T* dx = a.grad(0);
   if (!dx) return;
   const std::int64_t n = a.out_dims.size();
@@ -56,7 +57,9 @@ void dropout_kernel<T>::backward(const op_args<T>& a) {
   });
 }
 
-template struct dropout_kernel<float>;
-template struct dropout_kernel<double>;
+template void dropout_def::forward(const op_args<float>&);
+template void dropout_def::forward(const op_args<double>&);
+template void dropout_def::backward(const op_args<float>&);
+template void dropout_def::backward(const op_args<double>&);
 
-}  // namespace loom::ops
+}  // namespace loom

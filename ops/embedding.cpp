@@ -7,12 +7,13 @@
 #include <string>
 
 #include "index_text.hpp"
-#include "kernel.hpp"
+#include "loom/core/kernel.hpp"
 #include "loom/ops/embedding.hpp"
 #include "loom/core/errors.hpp"
-#include "parallel.hpp"
+#include "loom/core/parallel.hpp"
 
-namespace loom::ops {
+namespace loom {
+using namespace ops;  // the kernels' helpers
 namespace {
 
 // Checked before the parallel loop: a bad id throws before anything is read or written.
@@ -27,7 +28,7 @@ void check_tokens(const std::int32_t* tok, const dims_t& tok_dims, std::int64_t 
 }  // namespace
 
 template <class T>
-void embedding_kernel<T>::forward(const op_args<T>& a) {
+void embedding_op::forward(const op_args<T>& a) {
   const std::int64_t vocab = a.in_dims[1][0], d = a.in_dims[1][1];
   const std::int64_t n = a.in_dims[0].size();
   const std::int32_t* tok = a.template input<std::int32_t>(0);
@@ -43,7 +44,7 @@ void embedding_kernel<T>::forward(const op_args<T>& a) {
 }
 
 template <class T>
-void embedding_kernel<T>::backward(const op_args<T>& a) {
+void embedding_op::backward(const op_args<T>& a) {
   T* dw = a.grad(1);
   if (!dw) return;
   const std::int64_t vocab = a.in_dims[1][0], d = a.in_dims[1][1];
@@ -60,7 +61,9 @@ void embedding_kernel<T>::backward(const op_args<T>& a) {
   });
 }
 
-template struct embedding_kernel<float>;
-template struct embedding_kernel<double>;
+template void embedding_op::forward(const op_args<float>&);
+template void embedding_op::forward(const op_args<double>&);
+template void embedding_op::backward(const op_args<float>&);
+template void embedding_op::backward(const op_args<double>&);
 
-}  // namespace loom::ops
+}  // namespace loom

@@ -31,7 +31,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "kernel.hpp"
+#include "loom/core/kernel.hpp"
 #include "views.hpp"
 
 namespace loom::ops {
@@ -56,28 +56,25 @@ struct attention_params {
   int dropout_seed = -1;
 };
 
-template <class T>
-struct attention_kernel {  // ops/attention.cpp
-  static void forward(const op_args<T>& a);
-  static void backward(const op_args<T>& a);
-};
-
 /// The row log-sum-exp saved for backward: one per query row of every batch entry.
 std::int64_t attention_saved(const void* params, const dims_t& out, std::span<const dims_t> in);
 
 constexpr bool attention_reads_strided(const node_desc&, int) { return true; }
 
-inline constexpr op_entry attention_entry{
-    .name = "attention",
-    .id = 25,
-    .f32 = kernels_of<attention_kernel, float>(),
-    .f64 = kernels_of<attention_kernel, double>(),
-    .reads_strided = &attention_reads_strided,
-    .backward_reads = 0xff,  // q, k, v and the masks' inputs
-    .backward_reads_output = true,
-    .saved_elements = &attention_saved,
-    .fused = true,
+/// The fused attention node (made by the attention fusion rule, ops/attention_fusion.cpp).
+struct attention_op : op_def<attention_op> {
+  static constexpr std::string_view name = "attention";
+  static constexpr op_traits traits{
+      .reads_strided = &attention_reads_strided,
+      .backward_reads = 0xff,  // q, k, v and the masks' inputs
+      .backward_reads_output = true,
+      .saved_elements = &attention_saved,
+      .fused = true,
+  };
+  template <class T>
+  static void forward(const op_args<T>& a);  // ops/attention.cpp
+  template <class T>
+  static void backward(const op_args<T>& a);
 };
-LOOM_REGISTER_OP(attention_entry);
 
 }  // namespace loom::ops

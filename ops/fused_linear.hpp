@@ -13,7 +13,7 @@
 // backward reads (the residual's value: never).
 #pragma once
 
-#include "kernel.hpp"
+#include "loom/core/kernel.hpp"
 
 namespace loom::ops {
 
@@ -23,63 +23,57 @@ struct linear_params {
   bool residual = false;  // input 3 is added to the output (act is none)
 };
 
-template <class T>
-struct linear_kernel {  // ops/linear.cpp
+/// The kernels of the four fused linear ops (ops/linear.cpp): their parameters say which.
+struct linear_kernels {
+  template <class T>
   static void forward(const op_args<T>& a);
+  template <class T>
   static void backward(const op_args<T>& a);
 };
 
 /// gelu saves z for its backward; relu's backward needs a workspace for dz; both the node's size.
 std::int64_t linear_output_elements(const void* params, const dims_t& out, std::span<const dims_t> in);
 
-inline constexpr op_entry linear_entry{
-    .name = "linear",
-    .id = 26,
-    .f32 = kernels_of<linear_kernel, float>(),
-    .f64 = kernels_of<linear_kernel, double>(),
-    .writes_fresh = true,
-    .backward_reads = reads({0, 1}),
-    .fused = true,
+struct linear_op : op_def<linear_op>, linear_kernels {
+  static constexpr std::string_view name = "linear";
+  static constexpr op_traits traits{
+      .writes_fresh = true,
+      .backward_reads = reads({0, 1}),
+      .fused = true,
+  };
 };
-LOOM_REGISTER_OP(linear_entry);
 
-inline constexpr op_entry linear_relu_entry{
-    .name = "linear_relu",
-    .id = 27,
-    .f32 = kernels_of<linear_kernel, float>(),
-    .f64 = kernels_of<linear_kernel, double>(),
-    .writes_fresh = true,
-    .backward_reads = reads({0, 1}),
-    .backward_reads_output = true,
-    .scratch_elements = &linear_output_elements,
-    .fused = true,
+struct linear_relu_op : op_def<linear_relu_op>, linear_kernels {
+  static constexpr std::string_view name = "linear_relu";
+  static constexpr op_traits traits{
+      .writes_fresh = true,
+      .backward_reads = reads({0, 1}),
+      .backward_reads_output = true,
+      .scratch_elements = &linear_output_elements,
+      .fused = true,
+  };
 };
-LOOM_REGISTER_OP(linear_relu_entry);
 
-inline constexpr op_entry linear_gelu_entry{
-    .name = "linear_gelu",
-    .id = 28,
-    .f32 = kernels_of<linear_kernel, float>(),
-    .f64 = kernels_of<linear_kernel, double>(),
-    .writes_fresh = true,
-    .backward_reads = reads({0, 1}),
-    .saved_elements = &linear_output_elements,
-    .fused = true,
+struct linear_gelu_op : op_def<linear_gelu_op>, linear_kernels {
+  static constexpr std::string_view name = "linear_gelu";
+  static constexpr op_traits traits{
+      .writes_fresh = true,
+      .backward_reads = reads({0, 1}),
+      .saved_elements = &linear_output_elements,
+      .fused = true,
+  };
 };
-LOOM_REGISTER_OP(linear_gelu_entry);
 
-inline constexpr op_entry linear_residual_entry{
-    .name = "linear_residual",
-    .id = 29,
-    .f32 = kernels_of<linear_kernel, float>(),
-    .f64 = kernels_of<linear_kernel, double>(),
-    .writes_fresh = true,
-    // dr = dy, written last: r's gradient may be dy's own buffer
-    .backward_in_place = true,
-    .backward_in_place_input = 3,
-    .backward_reads = reads({0, 1}),
-    .fused = true,
+struct linear_residual_op : op_def<linear_residual_op>, linear_kernels {
+  static constexpr std::string_view name = "linear_residual";
+  static constexpr op_traits traits{
+      .writes_fresh = true,
+      // dr = dy, written last: r's gradient may be dy's own buffer
+      .backward_in_place = true,
+      .backward_in_place_input = 3,
+      .backward_reads = reads({0, 1}),
+      .fused = true,
+  };
 };
-LOOM_REGISTER_OP(linear_residual_entry);
 
 }  // namespace loom::ops

@@ -7,7 +7,7 @@
 #include <type_traits>
 
 #include "blas.hpp"
-#include "parallel.hpp"
+#include "loom/core/parallel.hpp"
 #include "sgemm_avx512.hpp"
 
 namespace loom::ops::gemm_chunks {

@@ -11,14 +11,15 @@
 #include <cmath>
 #include <stdexcept>
 
-#include "kernel.hpp"
+#include "loom/core/kernel.hpp"
 #include "loom/ops/layer_norm.hpp"
-#include "parallel.hpp"
+#include "loom/core/parallel.hpp"
 #include "reduce.hpp"
 #include "vector_isa.hpp"
 #include "vmath.hpp"
 
-namespace loom::ops {
+namespace loom {
+using namespace ops;  // the kernels' helpers
 namespace layer_norm_rows {  // named, not anonymous: the kernels' lambdas capture these types
 
 // Rows whose statistics are computed together: their square roots and divisions, in double,
@@ -120,19 +121,19 @@ LOOM_VECTOR_CLONES void backward_rows(const T* __restrict x, const T* __restrict
 }  // namespace layer_norm_rows
 using namespace layer_norm_rows;
 
-std::int64_t layer_norm_saved(const void*, const dims_t& out, std::span<const dims_t>) {
+std::int64_t ops::layer_norm_saved(const void*, const dims_t& out, std::span<const dims_t>) {
   const std::int64_t d = out[-1];
   return d ? 2 * (out.size() / d) : 0;
 }
 
-std::int64_t layer_norm_scratch(const void*, const dims_t& out, std::span<const dims_t>) {
+std::int64_t ops::layer_norm_scratch(const void*, const dims_t& out, std::span<const dims_t>) {
   const std::int64_t d = out[-1];
   const std::int64_t rows = d ? out.size() / d : 0, grain = backward_grain(d);
   return (rows + grain - 1) / grain * 4 * d;  // pg, pb, g, x̂ per chunk
 }
 
 template <class T>
-void layer_norm_kernel<T>::forward(const op_args<T>& a) {
+void layer_norm_def::forward(const op_args<T>& a) {
   const std::int64_t d = a.out_dims[-1];
   const std::int64_t rows = d ? a.out_dims.size() / d : 0;
   if (rows == 0) return;
@@ -145,7 +146,7 @@ void layer_norm_kernel<T>::forward(const op_args<T>& a) {
 }
 
 template <class T>
-void layer_norm_kernel<T>::backward(const op_args<T>& a) {
+void layer_norm_def::backward(const op_args<T>& a) {
   T* dx = a.grad(0);
   T* dgamma = a.grad(1);
   T* dbeta = a.grad(2);
@@ -175,7 +176,9 @@ void layer_norm_kernel<T>::backward(const op_args<T>& a) {
   add_chunk_partials(dbeta, a.fresh(2), partial + d, chunks, 4 * d, d);
 }
 
-template struct layer_norm_kernel<float>;
-template struct layer_norm_kernel<double>;
+template void layer_norm_def::forward(const op_args<float>&);
+template void layer_norm_def::forward(const op_args<double>&);
+template void layer_norm_def::backward(const op_args<float>&);
+template void layer_norm_def::backward(const op_args<double>&);
 
-}  // namespace loom::ops
+}  // namespace loom

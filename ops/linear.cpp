@@ -5,7 +5,7 @@
 
 #include "fused_linear.hpp"
 #include "gemm_chunks.hpp"
-#include "parallel.hpp"
+#include "loom/core/parallel.hpp"
 #include "pass_gradient.hpp"
 #include "reduce.hpp"
 #include "sgemm_avx512.hpp"
@@ -109,7 +109,7 @@ using namespace gemm_chunks;
 std::int64_t linear_output_elements(const void*, const dims_t& out, std::span<const dims_t>) { return out.size(); }
 
 template <class T>
-void linear_kernel<T>::forward(const op_args<T>& a) {
+void linear_kernels::forward(const op_args<T>& a) {
   const auto* f = static_cast<const linear_params*>(a.fused);
   const auto act = f->act;
   const auto [rows, k, n] = sizes_of(a);
@@ -131,7 +131,7 @@ void linear_kernel<T>::forward(const op_args<T>& a) {
 }
 
 template <class T>
-void linear_kernel<T>::backward(const op_args<T>& a) {
+void linear_kernels::backward(const op_args<T>& a) {
   const auto* f = static_cast<const linear_params*>(a.fused);
   const auto act = f->act;
   const auto [rows, k, n] = sizes_of(a);
@@ -157,7 +157,9 @@ void linear_kernel<T>::backward(const op_args<T>& a) {
   if (T* dr = f->residual ? a.grad(3) : nullptr) pass_gradient(dy, dr, rows * n, a.fresh(3));
 }
 
-template struct linear_kernel<float>;
-template struct linear_kernel<double>;
+template void linear_kernels::forward(const op_args<float>&);
+template void linear_kernels::forward(const op_args<double>&);
+template void linear_kernels::backward(const op_args<float>&);
+template void linear_kernels::backward(const op_args<double>&);
 
 }  // namespace loom::ops

@@ -17,9 +17,9 @@ struct bias_product {
   int x, w, b, prod;
 };
 std::optional<bias_product> bias_product_at(const plan_view& p, int sum, std::span<const std::uint8_t> absorbable) {
-  if (p.order[sum]->op != &add_entry) return std::nullopt;
+  if (p.order[sum]->op != &entry_of<add_op>) return std::nullopt;
   const int prod = p.inputs(sum)[0], b = p.inputs(sum)[1];
-  if (p.order[prod]->op != &matmul_entry || !only_for(p, absorbable, prod, sum)) return std::nullopt;
+  if (p.order[prod]->op != &entry_of<matmul_def> || !only_for(p, absorbable, prod, sum)) return std::nullopt;
   const auto t = load_attrs<matmul_attrs>(*p.order[prod]);
   const int x = p.inputs(prod)[0], w = p.inputs(prod)[1];
   if (t.trans_a || !t.trans_b || p.order[w]->rank != 2 || p.order[b]->rank != 1 || p.order[x]->rank < 2) return std::nullopt;
@@ -31,7 +31,7 @@ std::optional<bias_product> bias_product_at(const plan_view& p, int sum, std::sp
 /// A residual at `root`: add(r, z) or add(z, r) with z = x wᵀ + b read by the add only, and r,
 /// z and the sum of one shape (no broadcast).
 std::optional<fusion> residual_at(const plan_view& p, int root, std::span<const std::uint8_t> absorbable) {
-  if (p.order[root]->op != &add_entry) return std::nullopt;
+  if (p.order[root]->op != &entry_of<add_op>) return std::nullopt;
   for (int side = 0; side < 2; ++side) {
     const int z = p.inputs(root)[side], r = p.inputs(root)[1 - side];
     if (z == r || !only_for(p, absorbable, z, root) || !same_dims(p, z, root) || !same_dims(p, r, root) ||
@@ -44,7 +44,7 @@ std::optional<fusion> residual_at(const plan_view& p, int root, std::span<const 
       out.root = root;
       out.absorbed = {z, m->prod};
       out.inputs = {m->x, m->w, m->b, r};
-      out.op = &linear_residual_entry;
+      out.op = &entry_of<linear_residual_op>;
       out.params = std::move(f);
       return out;
     }
@@ -59,8 +59,8 @@ std::optional<fusion> linear_rule(const plan_view& p, int root, std::span<const 
   r.root = root;
   int sum = root;
   const op_entry* op = p.order[root]->op;
-  if (op == &relu_entry || op == &gelu_entry) {
-    f->act = op == &relu_entry ? linear_params::relu : linear_params::gelu;
+  if (op == &entry_of<relu_op> || op == &entry_of<gelu_op>) {
+    f->act = op == &entry_of<relu_op> ? linear_params::relu : linear_params::gelu;
     sum = p.inputs(root)[0];
     if (!only_for(p, absorbable, sum, root)) return std::nullopt;
     r.absorbed.push_back(sum);
@@ -69,7 +69,7 @@ std::optional<fusion> linear_rule(const plan_view& p, int root, std::span<const 
   if (!m) return std::nullopt;
   r.absorbed.push_back(m->prod);
   r.inputs = {m->x, m->w, m->b};
-  r.op = f->act == linear_params::none ? &linear_entry : f->act == linear_params::relu ? &linear_relu_entry : &linear_gelu_entry;
+  r.op = f->act == linear_params::none ? &entry_of<linear_op> : f->act == linear_params::relu ? &entry_of<linear_relu_op> : &entry_of<linear_gelu_op>;
   r.params = std::move(f);
   return r;
 }

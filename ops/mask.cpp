@@ -9,20 +9,21 @@
 #include <string>
 #include <vector>
 
-#include "kernel.hpp"
+#include "loom/core/kernel.hpp"
 #include "loom/ops/mask.hpp"
 #include "loom/core/errors.hpp"
 #include "mask_strides.hpp"
-#include "parallel.hpp"
+#include "loom/core/parallel.hpp"
 
-namespace loom::ops {
+namespace loom {
+using namespace ops;  // the kernels' helpers
 namespace {
 
 constexpr std::int64_t row_work = 4;
 
 }  // namespace
 
-std::array<std::int64_t, max_rank> mask_strides(const dims_t& mask, int score_rank, int lead) {
+std::array<std::int64_t, max_rank> ops::mask_strides(const dims_t& mask, int score_rank, int lead) {
   std::array<std::int64_t, max_rank> stride{};
   std::int64_t st = 1;
   for (int i = mask.rank - 1; i >= 0; --i) {
@@ -156,35 +157,41 @@ void boolean(const op_args<T>& a, bool backward) {
 }  // namespace
 
 template <class T>
-void mask_causal_kernel<T>::forward(const op_args<T>& a) {
+void mask_causal_op::forward(const op_args<T>& a) {
   causal(a, false);
 }
 template <class T>
-void mask_causal_kernel<T>::backward(const op_args<T>& a) {
+void mask_causal_op::backward(const op_args<T>& a) {
   causal(a, true);
 }
 template <class T>
-void mask_padding_kernel<T>::forward(const op_args<T>& a) {
+void mask_padding_def::forward(const op_args<T>& a) {
   padding(a, false);
 }
 template <class T>
-void mask_padding_kernel<T>::backward(const op_args<T>& a) {
+void mask_padding_def::backward(const op_args<T>& a) {
   padding(a, true);
 }
 template <class T>
-void mask_bool_kernel<T>::forward(const op_args<T>& a) {
+void mask_bool_def::forward(const op_args<T>& a) {
   boolean(a, false);
 }
 template <class T>
-void mask_bool_kernel<T>::backward(const op_args<T>& a) {
+void mask_bool_def::backward(const op_args<T>& a) {
   boolean(a, true);
 }
 
-template struct mask_causal_kernel<float>;
-template struct mask_causal_kernel<double>;
-template struct mask_padding_kernel<float>;
-template struct mask_padding_kernel<double>;
-template struct mask_bool_kernel<float>;
-template struct mask_bool_kernel<double>;
+template void mask_causal_op::forward(const op_args<float>&);
+template void mask_causal_op::forward(const op_args<double>&);
+template void mask_causal_op::backward(const op_args<float>&);
+template void mask_causal_op::backward(const op_args<double>&);
+template void mask_padding_def::forward(const op_args<float>&);
+template void mask_padding_def::forward(const op_args<double>&);
+template void mask_padding_def::backward(const op_args<float>&);
+template void mask_padding_def::backward(const op_args<double>&);
+template void mask_bool_def::forward(const op_args<float>&);
+template void mask_bool_def::forward(const op_args<double>&);
+template void mask_bool_def::backward(const op_args<float>&);
+template void mask_bool_def::backward(const op_args<double>&);
 
-}  // namespace loom::ops
+}  // namespace loom

@@ -11,11 +11,12 @@
 
 #include "blas.hpp"
 #include "gemm_chunks.hpp"
-#include "kernel.hpp"
+#include "loom/core/kernel.hpp"
 #include "loom/ops/matmul.hpp"
-#include "parallel.hpp"
+#include "loom/core/parallel.hpp"
 
-namespace loom::ops {
+namespace loom {
+using namespace ops;  // the kernels' helpers
 using namespace gemm_chunks;
 namespace {
 
@@ -164,7 +165,7 @@ void general_backward(const mm_dims& d, const op_args<T>& a) {
 }  // namespace
 
 template <class T>
-void matmul_kernel<T>::forward(const op_args<T>& a) {
+void matmul_def::forward(const op_args<T>& a) {
   mm_dims d = dims_of(a);
   const T* A = a.input(0);
   const T* B = a.input(1);
@@ -180,7 +181,7 @@ void matmul_kernel<T>::forward(const op_args<T>& a) {
 }
 
 template <class T>
-void matmul_kernel<T>::backward(const op_args<T>& a) {
+void matmul_def::backward(const op_args<T>& a) {
   mm_dims d = dims_of(a);
   if (d.general) {
     general_backward<T>(d, a);
@@ -231,7 +232,9 @@ void matmul_kernel<T>::backward(const op_args<T>& a) {
   }
 }
 
-template struct matmul_kernel<float>;
-template struct matmul_kernel<double>;
+template void matmul_def::forward(const op_args<float>&);
+template void matmul_def::forward(const op_args<double>&);
+template void matmul_def::backward(const op_args<float>&);
+template void matmul_def::backward(const op_args<double>&);
 
-}  // namespace loom::ops
+}  // namespace loom

@@ -5,14 +5,15 @@
 #include <algorithm>
 
 #include "broadcast.hpp"
-#include "kernel.hpp"
+#include "loom/core/kernel.hpp"
 #include "loom/ops/mul.hpp"
-#include "parallel.hpp"
+#include "loom/core/parallel.hpp"
 
-namespace loom::ops {
+namespace loom {
+using namespace ops;  // the kernels' helpers
 
 template <class T>
-void mul_kernel<T>::forward(const op_args<T>& a) {
+void mul_op::forward(const op_args<T>& a) {
   const T* x = a.input(0);
   const T* b = a.input(1);
   T* y = a.out;
@@ -20,7 +21,7 @@ void mul_kernel<T>::forward(const op_args<T>& a) {
 }
 
 template <class T>
-void mul_kernel<T>::backward(const op_args<T>& a) {
+void mul_op::backward(const op_args<T>& a) {
   const T* x = a.input(0);
   const T* b = a.input(1);
   const T* dy = a.dout;
@@ -31,7 +32,9 @@ void mul_kernel<T>::backward(const op_args<T>& a) {
   if (T* db = a.grad(1)) l.reduce_into(1, db, false, [&](std::int64_t o, std::int64_t ia) { return dy[o] * x[ia]; });
 }
 
-template struct mul_kernel<float>;
-template struct mul_kernel<double>;
+template void mul_op::forward(const op_args<float>&);
+template void mul_op::forward(const op_args<double>&);
+template void mul_op::backward(const op_args<float>&);
+template void mul_op::backward(const op_args<double>&);
 
-}  // namespace loom::ops
+}  // namespace loom

@@ -5,8 +5,8 @@
 
 #include <cstdint>
 
-#include "kernel.hpp"
-#include "parallel.hpp"
+#include "loom/core/kernel.hpp"
+#include "loom/core/parallel.hpp"
 #include "vector_isa.hpp"
 
 namespace loom::ops {

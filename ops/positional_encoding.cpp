@@ -11,13 +11,14 @@
 #include <vector>
 
 #include "index_text.hpp"
-#include "kernel.hpp"
+#include "loom/core/kernel.hpp"
 #include "loom/ops/positional_encoding.hpp"
 #include "loom/core/errors.hpp"
-#include "parallel.hpp"
+#include "loom/core/parallel.hpp"
 #include "pass_gradient.hpp"
 
-namespace loom::ops {
+namespace loom {
+using namespace ops;  // the kernels' helpers
 namespace positional_rows {  // named, not anonymous: the kernel's lambda captures this type
 
 /// PE for one width D, kept per thread (one per D): the timescales 10000^(2i/D) of its columns
@@ -66,7 +67,7 @@ struct pe_rows {
 using positional_rows::pe_rows;
 
 template <class T>
-void positional_encoding_kernel<T>::forward(const op_args<T>& a) {
+void positional_encoding_def::forward(const op_args<T>& a) {
   const std::int64_t d = a.out_dims[-1], t = a.out_dims[-2];
   const std::int64_t rows = d ? a.out_dims.size() / d : 0;
   const bool given = a.template attrs<positional_encoding_attrs>().with_positions;
@@ -99,14 +100,16 @@ void positional_encoding_kernel<T>::forward(const op_args<T>& a) {
 }
 
 template <class T>
-void positional_encoding_kernel<T>::backward(const op_args<T>& a) {
+void positional_encoding_def::backward(const op_args<T>& a) {
   T* dx = a.grad(0);
   if (!dx) return;
   const T* dy = a.dout;
   pass_gradient(dy, dx, a.out_dims.size(), a.fresh(0));
 }
 
-template struct positional_encoding_kernel<float>;
-template struct positional_encoding_kernel<double>;
+template void positional_encoding_def::forward(const op_args<float>&);
+template void positional_encoding_def::forward(const op_args<double>&);
+template void positional_encoding_def::backward(const op_args<float>&);
+template void positional_encoding_def::backward(const op_args<double>&);
 
-}  // namespace loom::ops
+}  // namespace loom

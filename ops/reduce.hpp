@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <cstring>
 
-#include "parallel.hpp"
+#include "loom/core/parallel.hpp"
 #include "vector_isa.hpp"
 
 namespace loom::ops {

@@ -3,14 +3,15 @@
 //   transpose: y[i_0, .., i_r] = x[j] with j_{P_k} = i_k;  dx += dy permuted back.
 #include <cstring>
 
-#include "kernel.hpp"
+#include "loom/core/kernel.hpp"
 #include "loom/ops/reshape.hpp"
-#include "parallel.hpp"
+#include "loom/core/parallel.hpp"
 
-namespace loom::ops {
+namespace loom {
+using namespace ops;  // the kernels' helpers
 
 template <class T>
-void reshape_kernel<T>::forward(const op_args<T>& a) {
+void reshape_def::forward(const op_args<T>& a) {
   const std::int64_t n = a.out_dims.size();
   const T* x = a.input(0);
   if (a.out == x) return;  // the executor made this reshape a view of its input
@@ -20,7 +21,7 @@ void reshape_kernel<T>::forward(const op_args<T>& a) {
 }
 
 template <class T>
-void reshape_kernel<T>::backward(const op_args<T>& a) {
+void reshape_def::backward(const op_args<T>& a) {
   T* dx = a.grad(0);
   if (!dx) return;
   const T* dy = a.dout;
@@ -71,7 +72,7 @@ void for_each_row(const op_args<auto>& a, Fn&& fn) {
 }  // namespace
 
 template <class T>
-void transpose_kernel<T>::forward(const op_args<T>& a) {
+void transpose_def::forward(const op_args<T>& a) {
   const T* x = a.input(0);
   T* y = a.out;
   for_each_row(a, [&](std::int64_t yo, std::int64_t xo, std::int64_t xs, std::int64_t len) {
@@ -80,7 +81,7 @@ void transpose_kernel<T>::forward(const op_args<T>& a) {
 }
 
 template <class T>
-void transpose_kernel<T>::backward(const op_args<T>& a) {
+void transpose_def::backward(const op_args<T>& a) {
   T* dx = a.grad(0);
   if (!dx) return;
   const T* dy = a.dout;
@@ -92,9 +93,13 @@ void transpose_kernel<T>::backward(const op_args<T>& a) {
   });
 }
 
-template struct reshape_kernel<float>;
-template struct reshape_kernel<double>;
-template struct transpose_kernel<float>;
-template struct transpose_kernel<double>;
+template void reshape_def::forward(const op_args<float>&);
+template void reshape_def::forward(const op_args<double>&);
+template void reshape_def::backward(const op_args<float>&);
+template void reshape_def::backward(const op_args<double>&);
+template void transpose_def::forward(const op_args<float>&);
+template void transpose_def::forward(const op_args<double>&);
+template void transpose_def::backward(const op_args<float>&);
+template void transpose_def::backward(const op_args<double>&);
 
-}  // namespace loom::ops
+}  // namespace loom

@@ -1,12 +1,13 @@
 // scale kernels: y = c · x;  dx += c · dy.
-#include "kernel.hpp"
+#include "loom/core/kernel.hpp"
 #include "loom/ops/scale.hpp"
-#include "parallel.hpp"
+#include "loom/core/parallel.hpp"
 
-namespace loom::ops {
+namespace loom {
+using namespace ops;  // the kernels' helpers
 
 template <class T>
-void scale_kernel<T>::forward(const op_args<T>& a) {
+void scale_def::forward(const op_args<T>& a) {
   const T c = static_cast<T>(a.template attrs<scale_attrs>().factor);
   const T* x = a.input(0);
   T* y = a.out;
@@ -16,7 +17,7 @@ void scale_kernel<T>::forward(const op_args<T>& a) {
 }
 
 template <class T>
-void scale_kernel<T>::backward(const op_args<T>& a) {
+void scale_def::backward(const op_args<T>& a) {
   T* dx = a.grad(0);
   if (!dx) return;
   const T c = static_cast<T>(a.template attrs<scale_attrs>().factor);
@@ -28,7 +29,9 @@ void scale_kernel<T>::backward(const op_args<T>& a) {
   });
 }
 
-template struct scale_kernel<float>;
-template struct scale_kernel<double>;
+template void scale_def::forward(const op_args<float>&);
+template void scale_def::forward(const op_args<double>&);
+template void scale_def::backward(const op_args<float>&);
+template void scale_def::backward(const op_args<double>&);
 
-}  // namespace loom::ops
+}  // namespace loom

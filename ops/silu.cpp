@@ -3,11 +3,12 @@
 //   backward: dx (+)= dy σ(x) (1 + x (1 − σ(x)))
 #include <cmath>
 
-#include "kernel.hpp"
+#include "loom/core/kernel.hpp"
 #include "loom/ops/silu.hpp"
-#include "parallel.hpp"
+#include "loom/core/parallel.hpp"
 
-namespace loom::ops {
+namespace loom {
+using namespace ops;  // the kernels' helpers
 namespace {
 constexpr std::int64_t elementwise_grain = 1 << 14;
 
@@ -18,7 +19,7 @@ T sigmoid(T x) {
 }  // namespace
 
 template <class T>
-void silu_kernel<T>::forward(const op_args<T>& a) {
+void silu_op::forward(const op_args<T>& a) {
   const T* x = a.input(0);
   T* y = a.out;
   for_chunks(a.out_dims.size(), elementwise_grain, [&](std::int64_t b, std::int64_t e) {
@@ -27,7 +28,7 @@ void silu_kernel<T>::forward(const op_args<T>& a) {
 }
 
 template <class T>
-void silu_kernel<T>::backward(const op_args<T>& a) {
+void silu_op::backward(const op_args<T>& a) {
   T* dx = a.grad(0);
   if (!dx) return;
   const T* x = a.input(0);
@@ -42,7 +43,9 @@ void silu_kernel<T>::backward(const op_args<T>& a) {
   });
 }
 
-template struct silu_kernel<float>;
-template struct silu_kernel<double>;
+template void silu_op::forward(const op_args<float>&);
+template void silu_op::forward(const op_args<double>&);
+template void silu_op::backward(const op_args<float>&);
+template void silu_op::backward(const op_args<double>&);
 
-}  // namespace loom::ops
+}  // namespace loom

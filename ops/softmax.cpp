@@ -4,15 +4,16 @@
 // The row loops are in softmax_rows.hpp, compiled for the CPU's vector width.
 #include <type_traits>
 
-#include "kernel.hpp"
+#include "loom/core/kernel.hpp"
 #include "loom/ops/softmax.hpp"
-#include "parallel.hpp"
+#include "loom/core/parallel.hpp"
 #include "softmax_rows.hpp"
 
-namespace loom::ops {
+namespace loom {
+using namespace ops;  // the kernels' helpers
 
 template <class T>
-void softmax_kernel<T>::forward(const op_args<T>& a) {
+void softmax_op::forward(const op_args<T>& a) {
   const std::int64_t n = a.out_dims[-1];
   const std::int64_t rows = n ? a.out_dims.size() / n : 0;
   const T* x = a.input(0);
@@ -23,7 +24,7 @@ void softmax_kernel<T>::forward(const op_args<T>& a) {
 }
 
 template <class T>
-void softmax_kernel<T>::backward(const op_args<T>& a) {
+void softmax_op::backward(const op_args<T>& a) {
   T* dx = a.grad(0);
   if (!dx) return;
   const std::int64_t n = a.out_dims[-1];
@@ -36,7 +37,9 @@ void softmax_kernel<T>::backward(const op_args<T>& a) {
   });
 }
 
-template struct softmax_kernel<float>;
-template struct softmax_kernel<double>;
+template void softmax_op::forward(const op_args<float>&);
+template void softmax_op::forward(const op_args<double>&);
+template void softmax_op::backward(const op_args<float>&);
+template void softmax_op::backward(const op_args<double>&);
 
-}  // namespace loom::ops
+}  // namespace loom

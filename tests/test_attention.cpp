@@ -98,14 +98,14 @@ TEST_CASE("gradcheck catches a wrong backward") {
   const gradcheck_options unfused{.fuse = 0};  // the primitives as written, not the fused attention
   REQUIRE(gradcheck(g, p, {{"x", xs}}, unfused).ok);
   SECTION("softmax's gradient added twice") {
-    testing::scoped_corruption broken(softmax_entry, testing::corruption::run_twice);
+    testing::scoped_corruption broken(entry_of<softmax_op>, testing::corruption::run_twice);
     auto r = gradcheck(g, p, {{"x", xs}}, unfused);
     CHECK_FALSE(r.ok);
     CHECK(r.failed > 0);
     CHECK_THAT(r.str(), Catch::Contains("FAILED") && Catch::Contains("analytic"));
   }
   SECTION("matmul's backward skipped") {
-    testing::scoped_corruption broken(matmul_entry, testing::corruption::skip);
+    testing::scoped_corruption broken(entry_of<matmul_def>, testing::corruption::skip);
     CHECK_FALSE(gradcheck(g, p, {{"x", xs}}, unfused).ok);
   }
   SECTION("the fused attention's gradient added twice") {
@@ -125,7 +125,7 @@ TEST_CASE("gradcheck reports the worst element by name and index") {
   auto g = make_graph(nn::self_attention<"a", 2>(X{}));
   auto p = g.make_params<double>(3);
   auto xs = test::random_tensor<double>({1, 2, D}, 5);
-  testing::scoped_corruption broken(scale_entry, testing::corruption::run_twice);
+  testing::scoped_corruption broken(entry_of<scale_def>, testing::corruption::run_twice);
   auto r = gradcheck(g, p, {{"x", xs}}, {.fuse = 0});
   REQUIRE_FALSE(r.ok);
   CHECK_FALSE(r.worst_name.empty());

@@ -737,14 +737,14 @@ TEST_CASE("gradcheck notices when the backward of any of these ops adds its grad
   auto y = input<"y", shape<fix<3>>>();
   auto relu_mul = make_graph(relu(x) * y);
   tensor<double> xs({2, 3}, {0.5, -1, 2, 1, 1.5, -0.5}), ys({3}, {0.3, -0.7, 1.1});
-  const op_entry* in_stack[] = {&embedding_entry, &positional_encoding_entry, &layer_norm_entry,
-                                &gelu_entry,      &dropout_entry,             &cross_entropy_entry};
+  const op_entry* in_stack[] = {&entry_of<embedding_op>, &entry_of<positional_encoding_def>, &entry_of<layer_norm_def>,
+                                &entry_of<gelu_op>,      &entry_of<dropout_def>,             &entry_of<cross_entropy_def>};
   for (const op_entry* op : in_stack) {
     INFO(op->name);
     testing::scoped_corruption broken(*op, testing::corruption::run_twice);
     CHECK_FALSE(gradcheck(g, p, {{"tok", ts}, {"target", targets_fed}, {"seed", seed_of(9, 1)}}, {.fuse = 0}).ok);  // the primitives, unfused
   }
-  for (const op_entry* op : {&relu_entry, &mul_entry}) {
+  for (const op_entry* op : {&entry_of<relu_op>, &entry_of<mul_op>}) {
     INFO(op->name);
     testing::scoped_corruption broken(*op, testing::corruption::run_twice);
     CHECK_FALSE(gradcheck(relu_mul, p, {{"x", xs}, {"y", ys}}).ok);

@@ -128,23 +128,23 @@ const std::map<std::string_view, std::function<case_result()>>& cases() {
        [] {
          auto a = input<"a", shape<fix<3>, fix<4>>>();
          auto b = input<"b", shape<fix<5>, fix<4>>>();
-         return run_case(make_graph(matmul<false, true>(a, b)), matmul_entry, {{"a", rnd({3, 4}, 1)}, {"b", rnd({5, 4}, 2)}});
+         return run_case(make_graph(matmul<false, true>(a, b)), entry_of<matmul_def>, {{"a", rnd({3, 4}, 1)}, {"b", rnd({5, 4}, 2)}});
        }},
       {"scale",
        [] {
          auto x = input<"x", shape<fix<2>, fix<3>>>();
-         return run_case(make_graph(scale<0.25>(x)), scale_entry, {{"x", rnd({2, 3}, 3)}});
+         return run_case(make_graph(scale<0.25>(x)), entry_of<scale_def>, {{"x", rnd({2, 3}, 3)}});
        }},
       {"mask_causal",
        [] {
          auto x = input<"x", shape<fix<2>, fix<3>, fix<4>>>();
-         return run_case(make_graph(softmax(mask_causal(x))), mask_causal_entry, {{"x", rnd({2, 3, 4}, 4)}});
+         return run_case(make_graph(softmax(mask_causal(x))), entry_of<mask_causal_op>, {{"x", rnd({2, 3, 4}, 4)}});
        }},
       {"mask_padding",
        [] {
          auto x = input<"x", shape<fix<2>, fix<3>, fix<4>>>();
          auto len = input<"len", shape<fix<2>>, int>();
-         return run_case(make_graph(softmax(mask_padding(x, len))), mask_padding_entry,
+         return run_case(make_graph(softmax(mask_padding(x, len))), entry_of<mask_padding_def>,
                          {{"x", rnd({2, 3, 4}, 5)}, {"len", tokens({2}, {4, 2})}});
        }},
       {"mask_bool",
@@ -152,62 +152,62 @@ const std::map<std::string_view, std::function<case_result()>>& cases() {
          auto x = input<"x", shape<fix<2>, fix<3>, fix<4>>>();
          auto m = input<"m", shape<fix<3>, fix<4>>, bool>();
          tensor<std::uint8_t> ms({3, 4}, {1, 0, 1, 1, 0, 1, 0, 0, 1, 1, 1, 0});
-         return run_case(make_graph(softmax(mask_bool(x, m))), mask_bool_entry, {{"x", rnd({2, 3, 4}, 6)}, {"m", ms}});
+         return run_case(make_graph(softmax(mask_bool(x, m))), entry_of<mask_bool_def>, {{"x", rnd({2, 3, 4}, 6)}, {"m", ms}});
        }},
       {"softmax",
        [] {
          auto x = input<"x", shape<fix<2>, fix<5>>>();
-         return run_case(make_graph(softmax(x)), softmax_entry, {{"x", rnd({2, 5}, 7)}});
+         return run_case(make_graph(softmax(x)), entry_of<softmax_op>, {{"x", rnd({2, 5}, 7)}});
        }},
       {"concat",
        [] {
          auto a = input<"a", shape<fix<2>, fix<3>>>();
          auto b = input<"b", shape<fix<1>, fix<3>>>();
-         return run_case(make_graph(concat<0>(a, b)), concat_entry, {{"a", rnd({2, 3}, 8)}, {"b", rnd({1, 3}, 9)}});
+         return run_case(make_graph(concat<0>(a, b)), entry_of<concat_def>, {{"a", rnd({2, 3}, 8)}, {"b", rnd({1, 3}, 9)}});
        }},
       {"slice",
        [] {
          auto x = input<"x", shape<fix<2>, fix<4>>>();
-         return run_case(make_graph(slice<1, fix<1>, fix<2>>(x)), slice_entry, {{"x", rnd({2, 4}, 10)}});
+         return run_case(make_graph(slice<1, fix<1>, fix<2>>(x)), entry_of<slice_def>, {{"x", rnd({2, 4}, 10)}});
        }},
       {"reshape",
        [] {
          auto x = input<"x", shape<fix<2>, fix<6>>>();
-         return run_case(make_graph(reshape<shape<fix<3>, fix<4>>>(x)), reshape_entry, {{"x", rnd({2, 6}, 11)}});
+         return run_case(make_graph(reshape<shape<fix<3>, fix<4>>>(x)), entry_of<reshape_def>, {{"x", rnd({2, 6}, 11)}});
        }},
       {"transpose",
        [] {
          auto x = input<"x", shape<fix<2>, fix<3>, fix<4>>>();
-         return run_case(make_graph(transpose<1, 0, 2>(x)), transpose_entry, {{"x", rnd({2, 3, 4}, 12)}});
+         return run_case(make_graph(transpose<1, 0, 2>(x)), entry_of<transpose_def>, {{"x", rnd({2, 3, 4}, 12)}});
        }},
       {"add",  // both operands broadcast
        [] {
          auto a = input<"a", shape<fix<2>, fix<1>, fix<3>>>();
          auto b = input<"b", shape<fix<4>, fix<1>>>();
-         return run_case(make_graph(add(a, b)), add_entry, {{"a", rnd({2, 1, 3}, 13)}, {"b", rnd({4, 1}, 14)}});
+         return run_case(make_graph(add(a, b)), entry_of<add_op>, {{"a", rnd({2, 1, 3}, 13)}, {"b", rnd({4, 1}, 14)}});
        }},
       {"sum",
        [] {
          auto x = input<"x", shape<fix<2>, fix<3>>>();
-         return run_case(make_graph(sum(x)), sum_entry, {{"x", rnd({2, 3}, 15)}});
+         return run_case(make_graph(sum(x)), entry_of<sum_op>, {{"x", rnd({2, 3}, 15)}});
        }},
       {"mul",  // both operands broadcast
        [] {
          auto a = input<"a", shape<fix<2>, fix<1>, fix<3>>>();
          auto b = input<"b", shape<fix<4>, fix<1>>>();
-         return run_case(make_graph(mul(a, b)), mul_entry, {{"a", rnd({2, 1, 3}, 16)}, {"b", rnd({4, 1}, 17)}});
+         return run_case(make_graph(mul(a, b)), entry_of<mul_op>, {{"a", rnd({2, 1, 3}, 16)}, {"b", rnd({4, 1}, 17)}});
        }},
       {"embedding",
        [] {
          auto tok = input<"tok", shape<fix<2>, fix<3>>, int>();
          auto w = param<"w", shape<fix<5>, fix<2>>>();
-         return run_case(make_graph(embedding(tok, w)), embedding_entry, {{"tok", tokens({2, 3}, {4, 0, 4, 1, 2, 3})}});
+         return run_case(make_graph(embedding(tok, w)), entry_of<embedding_op>, {{"tok", tokens({2, 3}, {4, 0, 4, 1, 2, 3})}});
        }},
       {"positional_encoding",
        [] {
          auto x = input<"x", shape<fix<2>, fix<3>, fix<4>>>();
          auto pos = input<"pos", shape<fix<2>, fix<3>>, int>();
-         return run_case(make_graph(add_positional_encoding(x, pos)), positional_encoding_entry,
+         return run_case(make_graph(add_positional_encoding(x, pos)), entry_of<positional_encoding_def>,
                          {{"x", rnd({2, 3, 4}, 18)}, {"pos", tokens({2, 3}, {0, 1, 2, 5, 6, 7})}});
        }},
       {"layer_norm",
@@ -215,29 +215,29 @@ const std::map<std::string_view, std::function<case_result()>>& cases() {
          auto x = input<"x", shape<fix<3>, fix<4>>>();
          auto gamma = param<"gamma", shape<fix<4>>, init<init_kind::ones>>();
          auto beta = param<"beta", shape<fix<4>>>();
-         return run_case(make_graph(layer_norm<1e-5>(x, gamma, beta)), layer_norm_entry, {{"x", rnd({3, 4}, 19)}});
+         return run_case(make_graph(layer_norm<1e-5>(x, gamma, beta)), entry_of<layer_norm_def>, {{"x", rnd({3, 4}, 19)}});
        }},
       {"relu",
        [] {
          auto x = input<"x", shape<fix<2>, fix<3>>>();
-         return run_case(make_graph(relu(x)), relu_entry, {{"x", tensor<double>({2, 3}, {0.5, -1, 2, 1, 1.5, -0.5})}});
+         return run_case(make_graph(relu(x)), entry_of<relu_op>, {{"x", tensor<double>({2, 3}, {0.5, -1, 2, 1, 1.5, -0.5})}});
        }},
       {"gelu",
        [] {
          auto x = input<"x", shape<fix<2>, fix<3>>>();
-         return run_case(make_graph(gelu(x)), gelu_entry, {{"x", rnd({2, 3}, 20)}});
+         return run_case(make_graph(gelu(x)), entry_of<gelu_op>, {{"x", rnd({2, 3}, 20)}});
        }},
       {"checkpoint",
        [] {
          auto x = input<"x", shape<fix<2>, fix<3>>>();
          auto y = scale<2.0>(x);
-         return run_case(make_graph(checkpoint(mul(y, y), x)), checkpoint_entry, {{"x", rnd({2, 3}, 24)}});
+         return run_case(make_graph(checkpoint(mul(y, y), x)), entry_of<checkpoint_op>, {{"x", rnd({2, 3}, 24)}});
        }},
       {"named",
        [] {
          auto x = input<"x", shape<fix<2>, fix<3>>>();
          auto y = scale<2.0>(x);  // two consumers: the named view gets a gradient buffer of its own
-         return run_case(make_graph(mul(named<"y">(y), y)), named_entry, {{"x", rnd({2, 3}, 25)}});
+         return run_case(make_graph(mul(named<"y">(y), y)), entry_of<named_def>, {{"x", rnd({2, 3}, 25)}});
        }},
       {"attention",  // fused by the plan rewrite from matmul → scale → masks → softmax → matmul;
                      // here grouped queries (4 heads over 2 key/value heads) and a float mask
@@ -280,20 +280,20 @@ const std::map<std::string_view, std::function<case_result()>>& cases() {
       {"silu",
        [] {
          auto x = input<"x", shape<fix<2>, fix<3>>>();
-         return run_case(make_graph(silu(x)), silu_entry, {{"x", rnd({2, 3}, 23)}});
+         return run_case(make_graph(silu(x)), entry_of<silu_op>, {{"x", rnd({2, 3}, 23)}});
        }},
       {"dropout",
        [] {
          auto x = input<"x", shape<fix<4>, fix<5>>>();
          auto seed = input<"seed", shape<fix<2>>, int>();
-         return run_case(make_graph(dropout<0.3>(x, seed)), dropout_entry,
+         return run_case(make_graph(dropout<0.3>(x, seed)), entry_of<dropout_def>,
                          {{"x", rnd({4, 5}, 21)}, {"seed", tokens({2}, {7, 1})}});
        }},
       {"cross_entropy",
        [] {
          auto x = input<"x", shape<fix<3>, fix<5>>>();
          auto t = input<"t", shape<fix<3>>, int>();
-         return run_case(make_graph(cross_entropy<-100, 0.1>(x, t)), cross_entropy_entry,
+         return run_case(make_graph(cross_entropy<-100, 0.1>(x, t)), entry_of<cross_entropy_def>,
                          {{"x", rnd({3, 5}, 22)}, {"t", tokens({3}, {4, -100, 0})}});
        }},
   };
@@ -333,7 +333,7 @@ TEST_CASE("every case in the table names a registered op") {
 
 TEST_CASE("op names and ids are unique, and no op reuses the leaves' ids") {
   std::set<std::string_view> names{input_entry.name, param_entry.name};
-  std::set<int> ids{input_entry.id, param_entry.id};
+  std::set<std::uint64_t> ids{input_entry.id, param_entry.id};
   for (const op_entry* op : registered_ops()) {
     INFO(op->name);
     CHECK(names.insert(op->name).second);

@@ -5,6 +5,7 @@
 #include "loom/ops/add.hpp"
 #include "loom/ops/checkpoint.hpp"
 #include "loom/ops/concat.hpp"
+#include "loom/ops/deprecated.hpp"
 #include "loom/ops/cross_entropy.hpp"
 #include "loom/ops/dropout.hpp"
 #include "loom/ops/embedding.hpp"

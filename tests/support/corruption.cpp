@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "../../ops/kernel.hpp"
+#include "loom/core/kernel.hpp"
 #include "../../ops/registry.hpp"
 #include "loom/core/node_desc.hpp"
 

@@ -35,8 +35,17 @@ inline constexpr dtype dtype_of = [] {
 }();
 
 /// The entries of the two kinds of leaves: tensors fed by name, and named parameters.
-inline constexpr op_entry input_entry{.name = "input", .id = 0, .role = node_role::input};
-inline constexpr op_entry param_entry{.name = "param", .id = 1, .role = node_role::param};
+namespace detail {
+constexpr op_entry leaf_entry(std::string_view name, node_role role) {
+  op_entry e{};
+  e.name = name;
+  e.id = op_id(name);
+  e.role = role;
+  return e;
+}
+}  // namespace detail
+inline constexpr op_entry input_entry = detail::leaf_entry("input", node_role::input);
+inline constexpr op_entry param_entry = detail::leaf_entry("param", node_role::param);
 
 /// A parameter's attributes: the fan-in its initialiser uses (init_kind::linear_bias).
 struct param_attrs {
@@ -71,12 +80,12 @@ struct node {
   static constexpr std::array<const node_desc*, sizeof...(In)> input_descs{desc_ptr<In>()...};
   static constexpr node_desc make_desc() {
     node_desc d;
-    d.op = &Op::entry;
+    d.op = &entry_for<Op>();
     d.rank = shape::rank;
     d.dims = shape_exprs_of<shape>();
     d.inputs = input_descs;
     if constexpr (requires { Op::attrs; }) store_attrs(d, Op::attrs);
-    if constexpr (requires { Op::name; }) d.name = Op::name;  // named outputs
+    if constexpr (requires { Op::output_name; }) d.name = Op::output_name;  // named outputs
     d.hash = detail::hash_desc(d);
     return d;
   }
@@ -171,6 +180,17 @@ struct block {
 template <class Fn, class... In>
 struct resolve<block<Fn, In...>> {
   using type = resolve_t<typename block<Fn, In...>::expr>;
+};
+
+/// An op's builder: op_fn<Op>{}(x, y) is the node Op applied to x and y (node<Op, X, Y>), its
+/// shape given by Op's rule. Ops declare theirs as `inline constexpr op_fn<silu_op> silu{};`.
+template <class Op>
+struct op_fn {
+  template <class... In>
+    requires(is_node<In> && ...)
+  constexpr node<Op, In...> operator()(In...) const {
+    return {};
+  }
 };
 
 /// Wraps Fn{}(in...) in a block (see block).

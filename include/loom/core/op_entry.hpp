@@ -1,11 +1,22 @@
-// op_entry: everything loom knows about one op, declared once, in the op's header.
+// An op is one declaration: a struct that derives from op_def<Self> and states the op's name,
+// traits, shape rule, attributes and kernels. Everything else follows from it: its entry
+// (entry_of<Op>, what the executor, planners, DOT writer and gradcheck read), its stable id (a
+// hash of the name), its registration (registered_ops()), and its builder (op_fn, node.hpp).
 //
-// An op is three files: include/loom/ops/<op>.hpp (its node type, shape rule, typed
-// attributes and this entry), ops/<op>.cpp (its forward and backward kernels) and its test.
-// The entry names the op, points at its kernels (compiled once per scalar type in ops/), and
-// states the facts the rest of loom reads instead of testing which op a node is: the executor
-// (views, strided reads, first-contribution stores), the DOT writer (the name), gradcheck, and
-// the memory and fusion planners (which values backward reads, what may run in place).
+//   struct silu_op : op_def<silu_op> {
+//     static constexpr std::string_view name = "silu";
+//     static constexpr op_traits traits{.writes_fresh = true, .backward_reads = reads({0})};
+//     template <class X> struct rule { using type = X; };          // the output shape
+//     template <class T> static void forward(const op_args<T>& a);  // a.out = f(a.input(0))
+//     template <class T> static void backward(const op_args<T>& a); // a.grad(0) (+)= ...
+//   };
+//   inline constexpr op_fn<silu_op> silu{};                          // silu(x) builds the node
+//
+// An op with compile-time attributes is a template deriving from a plain definition (which
+// holds the name, traits and kernels, so its kernels are compiled once, not per attribute
+// value) and adds `static constexpr Attrs attrs{...}` and its rule: see scale.hpp. The
+// kernel interface (op_args, the parallel loops) is core/kernel.hpp; a pointwise op is a scalar
+// function and its derivative (ops/pointwise.hpp). docs/extending.md walks through an example.
 #pragma once
 
 #include <cstdint>
@@ -19,15 +30,13 @@ namespace loom {
 
 struct node_desc;
 struct dims_t;
-namespace ops {
 template <class T>
-struct op_args;  // what a kernel sees (ops/kernel.hpp, private to the library)
-}
+struct op_args;  // what a kernel sees (core/kernel.hpp)
 
 /// A kernel: reads its op_args (input values, dims, attributes) and writes the node's value
 /// (forward) or the gradients of its inputs (backward).
 template <class T>
-using kernel_fn = void (*)(const ops::op_args<T>&);
+using kernel_fn = void (*)(const op_args<T>&);
 
 /// An op's kernels in one scalar type.
 template <class T>
@@ -48,16 +57,10 @@ constexpr input_set reads(std::initializer_list<int> inputs) {
   return s;
 }
 
-struct op_entry {
-  std::string_view name;  // as shown in messages and DOT output ("matmul")
-  /// A stable number, unique per op, part of every node's structural hash (so of dropout's
-  /// random streams, which are keyed by it): never renumber; a new op takes the next free one.
-  std::uint16_t id = 0;
-  node_role role = node_role::op;
-  op_kernels<float> f32{};
-  op_kernels<double> f64{};
-
-  // ---- traits ----
+/// The facts about an op that the executor and the planners read instead of testing which op a
+/// node is. Every field defaults to the conservative choice (no view, no in place, backward
+/// reads nothing, accumulates into zeroed gradients).
+struct op_traits {
   /// The value is input 0's buffer under another shape: nothing is copied, and the gradient
   /// shares input 0's gradient buffer when the node is input 0's only consumer.
   bool is_view = false;
@@ -104,9 +107,21 @@ struct op_entry {
   /// Elements of a workspace the node's backward needs (alive during that backward only), from
   /// the same facts; null: none. Kernels see it as op_args::scratch.
   std::int64_t (*scratch_elements)(const void* fused, const dims_t& out, std::span<const dims_t> in) = nullptr;
-  /// The op is made by a plan rewrite (ops/fusion.hpp) from a pattern of other ops, never by
+  /// The op is made by a plan rewrite (fusion.hpp) from a pattern of other ops, never by
   /// user code; its kernels read the rewrite's parameters from op_args::fused.
   bool fused = false;
+};
+
+/// An op as the rest of loom sees it: its traits, name, id, role and kernels. Made from an
+/// op's declaration by entry_of<Op>; never written by hand.
+struct op_entry : op_traits {
+  std::string_view name;  // as shown in messages and DOT output ("matmul")
+  /// A hash of the name (op_id): unique per op (registration checks it), part of every node's
+  /// structural hash, so of dropout's random streams, which are keyed by it.
+  std::uint64_t id = 0;
+  node_role role = node_role::op;
+  op_kernels<float> f32{};
+  op_kernels<double> f64{};
 
   template <class T>
   constexpr const op_kernels<T>& kernels() const {
@@ -116,28 +131,77 @@ struct op_entry {
   constexpr bool backward_reads_input(int i) const { return (backward_reads >> i) & 1u; }
 };
 
-/// The kernels K<float> and K<double> (a struct template with static forward, backward and,
-/// optionally, check) as the entry's kernel pointers.
-template <template <class> class K, class T>
-constexpr op_kernels<T> kernels_of() {
-  op_kernels<T> k{&K<T>::forward, &K<T>::backward, nullptr};
-  if constexpr (requires { &K<T>::check; }) k.check = &K<T>::check;
+/// An op's id: the 64-bit FNV-1a hash of its name. Stable as long as the name is.
+constexpr std::uint64_t op_id(std::string_view name) {
+  std::uint64_t h = 14695981039346656037ull;
+  for (char c : name) {
+    h ^= static_cast<unsigned char>(c);
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+
+namespace detail {
+template <class D, class T>
+constexpr op_kernels<T> kernels_from() {
+  op_kernels<T> k{&D::template forward<T>, &D::template backward<T>, nullptr};
+  if constexpr (requires { &D::template check<T>; }) k.check = &D::template check<T>;
   return k;
 }
 
-/// Every op entry whose header this program includes (each registers itself at start-up;
-/// see LOOM_REGISTER_OP). The order is unspecified.
+template <class D>
+constexpr op_entry make_entry() {
+  static_assert(requires { std::string_view(D::name); }, "an op declares its name: static constexpr std::string_view name");
+  static_assert(requires { &D::template forward<float>; &D::template backward<double>; },
+                "an op declares template <class T> static void forward(const op_args<T>&) and backward(...)");
+  op_entry e{};
+  if constexpr (requires { D::traits; }) static_cast<op_traits&>(e) = D::traits;
+  e.name = std::string_view(D::name);
+  e.id = op_id(e.name);
+  e.f32 = kernels_from<D, float>();
+  e.f64 = kernels_from<D, double>();
+  return e;
+}
+}  // namespace detail
+
+/// The entry of the op declared by D (a struct deriving from op_def<D>).
+template <class D>
+inline constexpr op_entry entry_of = detail::make_entry<D>();
+
+/// Every op entry this program declares (each op_def registers itself at start-up), not the
+/// leaves' (input, param). The order is unspecified. Two ops of one id (one name) throw
+/// loom::error here and when an executor is made.
 const std::vector<const op_entry*>& registered_ops();
 
 namespace detail {
+using entry_getter = const op_entry* (*)();
 struct op_registration {
-  explicit op_registration(const op_entry& op);
+  explicit op_registration(entry_getter entry);
 };
+template <class D>
+const op_entry* entry_address() {
+  return &entry_of<D>;
+}
+// Dynamic initialisation in every program that declares D; the entry is read later, through
+// a function, because D is still incomplete where op_def<D> is instantiated.
+template <class D>
+inline const op_registration registration_of{&entry_address<D>};
+/// Throws loom::error naming both ops if two registered entries share an id.
+void check_op_ids();
 }  // namespace detail
 
-}  // namespace loom
+/// The base of an op's declaration (see the top of this file): registers the op and names
+/// its definition (`def`), which node types use to find the entry.
+template <class D>
+struct op_def {
+  using def = D;
+  static_assert(&detail::registration_of<D> == &detail::registration_of<D>);  // odr-use: registers D
+};
 
-/// Adds `entry` (an inline constexpr op_entry) to registered_ops() in every program that
-/// includes the header declaring it; put it right after the entry.
-#define LOOM_REGISTER_OP(entry) \
-  inline const ::loom::detail::op_registration entry##_registration { entry }
+/// The entry of an op type: an op_def's (or that of the definition an attributed op derives from).
+template <class Op>
+constexpr const op_entry& entry_for() {
+  return entry_of<typename Op::def>;
+}
+
+}  // namespace loom

@@ -9,54 +9,34 @@
 
 namespace loom {
 
-namespace ops {
-template <class T>
-struct relu_kernel {  // ops/activation.cpp
-  static void forward(const op_args<T>& a);
+struct relu_op : op_def<relu_op> {
+  static constexpr std::string_view name = "relu";
+  static constexpr op_traits traits{
+      .writes_fresh = true,
+      .can_run_in_place = true,
+      .backward_in_place = true,
+      .backward_reads_output = true,
+  };
+  template <class T>
+  static void forward(const op_args<T>& a);  // ops/activation.cpp
+  template <class T>
   static void backward(const op_args<T>& a);
-};
-}  // namespace ops
-
-inline constexpr op_entry relu_entry{
-    .name = "relu",
-    .id = 17,
-    .f32 = kernels_of<ops::relu_kernel, float>(),
-    .f64 = kernels_of<ops::relu_kernel, double>(),
-    .writes_fresh = true,
-    .can_run_in_place = true,
-    .backward_in_place = true,
-    .backward_reads_output = true,
-};
-LOOM_REGISTER_OP(relu_entry);
-
-struct relu_op {
-  static constexpr const op_entry& entry = relu_entry;
   template <class S>
   struct rule {
     using type = S;
   };
 };
 
-namespace ops {
-template <class T>
-struct gelu_kernel {  // ops/activation.cpp
-  static void forward(const op_args<T>& a);
+struct gelu_op : op_def<gelu_op> {
+  static constexpr std::string_view name = "gelu";
+  static constexpr op_traits traits{
+      .can_run_in_place = true,
+      .backward_reads = reads({0}),
+  };
+  template <class T>
+  static void forward(const op_args<T>& a);  // ops/activation.cpp
+  template <class T>
   static void backward(const op_args<T>& a);
-};
-}  // namespace ops
-
-inline constexpr op_entry gelu_entry{
-    .name = "gelu",
-    .id = 18,
-    .f32 = kernels_of<ops::gelu_kernel, float>(),
-    .f64 = kernels_of<ops::gelu_kernel, double>(),
-    .can_run_in_place = true,
-    .backward_reads = reads({0}),
-};
-LOOM_REGISTER_OP(gelu_entry);
-
-struct gelu_op {
-  static constexpr const op_entry& entry = gelu_entry;
   template <class S>
   struct rule {
     using type = S;
@@ -64,15 +44,9 @@ struct gelu_op {
 };
 
 /// max(x, 0), elementwise; shape unchanged.
-template <class X>
-constexpr node<relu_op, X> relu(X) {
-  return {};
-}
+inline constexpr op_fn<relu_op> relu{};
 
 /// x · Φ(x) (Φ the standard normal CDF, exact erf form), elementwise; shape unchanged.
-template <class X>
-constexpr node<gelu_op, X> gelu(X) {
-  return {};
-}
+inline constexpr op_fn<gelu_op> gelu{};
 
 }  // namespace loom

@@ -17,27 +17,17 @@ inline constexpr bool is_shape_suffix = [] {
   else return std::is_same_v<shape_tail<A, A::rank - B::rank>, B>;
 }();
 
-namespace ops {
-template <class T>
-struct add_kernel {  // ops/add.cpp
-  static void forward(const op_args<T>& a);
+struct add_op : op_def<add_op> {
+  static constexpr std::string_view name = "add";
+  static constexpr op_traits traits{
+      .writes_fresh = true,
+      .can_run_in_place = true,
+      .backward_in_place = true,
+  };
+  template <class T>
+  static void forward(const op_args<T>& a);  // ops/add.cpp
+  template <class T>
   static void backward(const op_args<T>& a);
-};
-}  // namespace ops
-
-inline constexpr op_entry add_entry{
-    .name = "add",
-    .id = 12,
-    .f32 = kernels_of<ops::add_kernel, float>(),
-    .f64 = kernels_of<ops::add_kernel, double>(),
-    .writes_fresh = true,
-    .can_run_in_place = true,
-    .backward_in_place = true,
-};
-LOOM_REGISTER_OP(add_entry);
-
-struct add_op {
-  static constexpr const op_entry& entry = add_entry;
   template <class A, class B>
   struct rule {
     static_assert(shapes_broadcast<A, B>,
@@ -49,10 +39,7 @@ struct add_op {
 
 /// a + b elementwise, the two broadcast together (NumPy's rule): [B, T, D] + [D], [B, H, T, S] +
 /// [B, 1, T, S]. Shapes that do not broadcast do not compile (the message names both).
-template <class A, class B>
-constexpr node<add_op, A, B> add(A, B) {
-  return {};
-}
+inline constexpr op_fn<add_op> add{};
 
 /// a + b for nodes (add).
 template <class A, class B>
@@ -62,24 +49,12 @@ constexpr auto operator+(A a, B b) {
   else return add(b, a);
 }
 
-namespace ops {
-template <class T>
-struct sum_kernel {  // ops/add.cpp
-  static void forward(const op_args<T>& a);
+struct sum_op : op_def<sum_op> {
+  static constexpr std::string_view name = "sum";
+  template <class T>
+  static void forward(const op_args<T>& a);  // ops/add.cpp
+  template <class T>
   static void backward(const op_args<T>& a);
-};
-}  // namespace ops
-
-inline constexpr op_entry sum_entry{
-    .name = "sum",
-    .id = 21,
-    .f32 = kernels_of<ops::sum_kernel, float>(),
-    .f64 = kernels_of<ops::sum_kernel, double>(),
-};
-LOOM_REGISTER_OP(sum_entry);
-
-struct sum_op {
-  static constexpr const op_entry& entry = sum_entry;
   template <class S>
   struct rule {
     using type = shape<>;
@@ -87,9 +62,6 @@ struct sum_op {
 };
 
 /// The sum of every element: a scalar (shape<>), e.g. to make a loss for tests.
-template <class X>
-constexpr node<sum_op, X> sum(X) {
-  return {};
-}
+inline constexpr op_fn<sum_op> sum{};
 
 }  // namespace loom

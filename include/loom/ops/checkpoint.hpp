@@ -16,31 +16,21 @@
 
 namespace loom {
 
-namespace ops {
-template <class T>
-struct checkpoint_kernel {  // ops/checkpoint.cpp
-  static void forward(const op_args<T>& a);
-  static void backward(const op_args<T>& a);
-};
-}  // namespace ops
-
-inline constexpr op_entry checkpoint_entry{
-    .name = "checkpoint",
-    .id = 23,
-    .f32 = kernels_of<ops::checkpoint_kernel, float>(),
-    .f64 = kernels_of<ops::checkpoint_kernel, double>(),
-    .is_view = true,
-    .writes_fresh = true,
-    .bounds_recompute = true,
-};
-LOOM_REGISTER_OP(checkpoint_entry);
-
 /// True when a checkpoint's operands are all graph nodes.
 template <class... X>
 inline constexpr bool checkpoint_operands = (is_node<X> && ...);
 
-struct checkpoint_op {
-  static constexpr const op_entry& entry = checkpoint_entry;
+struct checkpoint_op : op_def<checkpoint_op> {
+  static constexpr std::string_view name = "checkpoint";
+  static constexpr op_traits traits{
+      .is_view = true,
+      .writes_fresh = true,
+      .bounds_recompute = true,
+  };
+  template <class T>
+  static void forward(const op_args<T>& a);  // ops/checkpoint.cpp
+  template <class T>
+  static void backward(const op_args<T>& a);
   template <class Y, class... X>
   struct rule {
     using type = Y;

@@ -44,14 +44,6 @@ struct dim_sum<D, E, R...> {
 template <int Axis, class First, class Other>
 inline constexpr bool concat_dims_match = detail::same_except_axis<Axis, First, Other>();
 
-namespace ops {
-template <class T>
-struct concat_kernel {  // ops/concat.cpp
-  static void forward(const op_args<T>& a);
-  static void backward(const op_args<T>& a);
-};
-}  // namespace ops
-
 /// concat's attributes (stored in its node's descriptor, read by its kernels).
 struct concat_attrs {
   long axis = 0;
@@ -70,20 +62,22 @@ constexpr bool concat_appends_to_input(const node_desc& node) {
   return node.rank >= 2 && load_attrs<concat_attrs>(node).axis == node.rank - 2;
 }
 
-inline constexpr op_entry concat_entry{
-    .name = "concat",
-    .id = 8,
-    .f32 = kernels_of<ops::concat_kernel, float>(),
-    .f64 = kernels_of<ops::concat_kernel, double>(),
-    .reads_strided = &concat_reads_strided,
-    .appends_to_input = &concat_appends_to_input,
-    .writes_fresh = true,
+/// concat's declaration: name, traits and kernels (compiled once, whatever the attributes).
+struct concat_def : op_def<concat_def> {
+  static constexpr std::string_view name = "concat";
+  static constexpr op_traits traits{
+      .reads_strided = &concat_reads_strided,
+      .appends_to_input = &concat_appends_to_input,
+      .writes_fresh = true,
+  };
+  template <class T>
+  static void forward(const op_args<T>& a);  // ops/concat.cpp
+  template <class T>
+  static void backward(const op_args<T>& a);
 };
-LOOM_REGISTER_OP(concat_entry);
 
 template <int Axis>
-struct concat_op {
-  static constexpr const op_entry& entry = concat_entry;
+struct concat_op : concat_def {
   static constexpr concat_attrs attrs{Axis};
   template <class S0, class... S>
   struct rule {
@@ -111,15 +105,6 @@ inline constexpr bool slice_fits = [] {
     return true;  // checked at run time
 }();
 
-namespace ops {
-template <class T>
-struct slice_kernel {  // ops/concat.cpp
-  static void forward(const op_args<T>& a);
-  static void backward(const op_args<T>& a);
-  static void check(const op_args<T>& a);
-};
-}  // namespace ops
-
 /// slice's attributes (stored in its node's descriptor, read by its kernels).
 struct slice_attrs {
   long axis = 0;
@@ -127,17 +112,19 @@ struct slice_attrs {
   constexpr auto fields() { return std::tie(axis, begin, size); }
 };
 
-inline constexpr op_entry slice_entry{
-    .name = "slice",
-    .id = 9,
-    .f32 = kernels_of<ops::slice_kernel, float>(),
-    .f64 = kernels_of<ops::slice_kernel, double>(),
+/// slice's declaration: name, traits and kernels (compiled once, whatever the attributes).
+struct slice_def : op_def<slice_def> {
+  static constexpr std::string_view name = "slice";
+  template <class T>
+  static void forward(const op_args<T>& a);  // ops/concat.cpp
+  template <class T>
+  static void backward(const op_args<T>& a);
+  template <class T>
+  static void check(const op_args<T>& a);
 };
-LOOM_REGISTER_OP(slice_entry);
 
 template <int Axis, class Begin, class Size>
-struct slice_op {
-  static constexpr const op_entry& entry = slice_entry;
+struct slice_op : slice_def {
   static constexpr slice_attrs attrs{Axis, dim_expr_of<Begin>(), dim_expr_of<Size>()};
   template <class S>
   struct rule {

@@ -26,14 +26,6 @@ inline constexpr bool targets_fit = [] {
     return std::is_same_v<shape_head<Logits, Logits::rank - 1>, Target>;
 }();
 
-namespace ops {
-template <class T>
-struct cross_entropy_kernel {  // ops/cross_entropy.cpp
-  static void forward(const op_args<T>& a);
-  static void backward(const op_args<T>& a);
-};
-}  // namespace ops
-
 /// cross_entropy's attributes (stored in its node's descriptor, read by its kernels).
 struct cross_entropy_attrs {
   long ignore_index = -100;
@@ -41,20 +33,22 @@ struct cross_entropy_attrs {
   constexpr auto fields() { return std::tie(ignore_index, label_smoothing); }
 };
 
-inline constexpr op_entry cross_entropy_entry{
-    .name = "cross_entropy",
-    .id = 20,
-    .f32 = kernels_of<ops::cross_entropy_kernel, float>(),
-    .f64 = kernels_of<ops::cross_entropy_kernel, double>(),
-    .writes_fresh = true,
-    .backward_reads = reads({0, 1}),
+/// cross_entropy's declaration: name, traits and kernels (compiled once, whatever the attributes).
+struct cross_entropy_def : op_def<cross_entropy_def> {
+  static constexpr std::string_view name = "cross_entropy";
+  static constexpr op_traits traits{
+      .writes_fresh = true,
+      .backward_reads = reads({0, 1}),
+  };
+  template <class T>
+  static void forward(const op_args<T>& a);  // ops/cross_entropy.cpp
+  template <class T>
+  static void backward(const op_args<T>& a);
 };
-LOOM_REGISTER_OP(cross_entropy_entry);
 
 template <long IgnoreIndex, double LabelSmoothing>
-struct cross_entropy_op {
+struct cross_entropy_op : cross_entropy_def {
   static_assert(LabelSmoothing >= 0 && LabelSmoothing <= 1, "cross_entropy: label smoothing must be in [0, 1]");
-  static constexpr const op_entry& entry = cross_entropy_entry;
   static constexpr cross_entropy_attrs attrs{IgnoreIndex, LabelSmoothing};
   template <class L, class Tg>
   struct rule {

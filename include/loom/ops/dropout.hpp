@@ -23,34 +23,28 @@ namespace loom {
 template <class S>
 inline constexpr bool is_dropout_seed = std::is_same_v<S, shape<fix<2>>>;
 
-namespace ops {
-template <class T>
-struct dropout_kernel {  // ops/dropout.cpp
-  static void forward(const op_args<T>& a);
-  static void backward(const op_args<T>& a);
-};
-}  // namespace ops
-
 /// dropout's attributes (stored in its node's descriptor, read by its kernels).
 struct dropout_attrs {
   double p = 0;  // probability of dropping an element
   constexpr auto fields() { return std::tie(p); }
 };
 
-inline constexpr op_entry dropout_entry{
-    .name = "dropout",
-    .id = 19,
-    .f32 = kernels_of<ops::dropout_kernel, float>(),
-    .f64 = kernels_of<ops::dropout_kernel, double>(),
-    .can_run_in_place = true,
-    .backward_reads = reads({1}),
+/// dropout's declaration: name, traits and kernels (compiled once, whatever the attributes).
+struct dropout_def : op_def<dropout_def> {
+  static constexpr std::string_view name = "dropout";
+  static constexpr op_traits traits{
+      .can_run_in_place = true,
+      .backward_reads = reads({1}),
+  };
+  template <class T>
+  static void forward(const op_args<T>& a);  // ops/dropout.cpp
+  template <class T>
+  static void backward(const op_args<T>& a);
 };
-LOOM_REGISTER_OP(dropout_entry);
 
 template <double P>
-struct dropout_op {
+struct dropout_op : dropout_def {
   static_assert(P >= 0 && P <= 1, "dropout: the drop probability P must be in [0, 1]");
-  static constexpr const op_entry& entry = dropout_entry;
   static constexpr dropout_attrs attrs{P};
   template <class X, class Seed>
   struct rule {

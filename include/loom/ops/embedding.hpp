@@ -14,25 +14,15 @@ namespace loom {
 template <class W>
 inline constexpr bool is_embedding_table = W::rank == 2;
 
-namespace ops {
-template <class T>
-struct embedding_kernel {  // ops/embedding.cpp
-  static void forward(const op_args<T>& a);
+struct embedding_op : op_def<embedding_op> {
+  static constexpr std::string_view name = "embedding";
+  static constexpr op_traits traits{
+      .backward_reads = reads({0}),
+  };
+  template <class T>
+  static void forward(const op_args<T>& a);  // ops/embedding.cpp
+  template <class T>
   static void backward(const op_args<T>& a);
-};
-}  // namespace ops
-
-inline constexpr op_entry embedding_entry{
-    .name = "embedding",
-    .id = 14,
-    .f32 = kernels_of<ops::embedding_kernel, float>(),
-    .f64 = kernels_of<ops::embedding_kernel, double>(),
-    .backward_reads = reads({0}),
-};
-LOOM_REGISTER_OP(embedding_entry);
-
-struct embedding_op {
-  static constexpr const op_entry& entry = embedding_entry;
   template <class Tok, class W>
   struct rule {
     static_assert(is_embedding_table<W>, "embedding: the weight must be a table [V, D]");

@@ -26,11 +26,6 @@ inline constexpr bool norm_param_fits = [] {
 }();
 
 namespace ops {
-template <class T>
-struct layer_norm_kernel {  // ops/layer_norm.cpp
-  static void forward(const op_args<T>& a);
-  static void backward(const op_args<T>& a);
-};
 /// The row statistics forward saves for backward: μ and r of every row.
 std::int64_t layer_norm_saved(const void*, const dims_t& out, std::span<const dims_t> in);
 /// The backward's workspace: the per-chunk partial sums of dgamma and dbeta and two rows.
@@ -43,23 +38,25 @@ struct layer_norm_attrs {
   constexpr auto fields() { return std::tie(eps); }
 };
 
-inline constexpr op_entry layer_norm_entry{
-    .name = "layer_norm",
-    .id = 16,
-    .f32 = kernels_of<ops::layer_norm_kernel, float>(),
-    .f64 = kernels_of<ops::layer_norm_kernel, double>(),
-    .writes_fresh = true,
-    .can_run_in_place = true,
-    .backward_reads = reads({0, 1}),
-    .saved_elements = &ops::layer_norm_saved,
-    .scratch_elements = &ops::layer_norm_scratch,
+/// layer_norm's declaration: name, traits and kernels (compiled once, whatever the attributes).
+struct layer_norm_def : op_def<layer_norm_def> {
+  static constexpr std::string_view name = "layer_norm";
+  static constexpr op_traits traits{
+      .writes_fresh = true,
+      .can_run_in_place = true,
+      .backward_reads = reads({0, 1}),
+      .saved_elements = &ops::layer_norm_saved,
+      .scratch_elements = &ops::layer_norm_scratch,
+  };
+  template <class T>
+  static void forward(const op_args<T>& a);  // ops/layer_norm.cpp
+  template <class T>
+  static void backward(const op_args<T>& a);
 };
-LOOM_REGISTER_OP(layer_norm_entry);
 
 template <double Eps>
-struct layer_norm_op {
+struct layer_norm_op : layer_norm_def {
   static_assert(Eps > 0, "layer_norm: eps must be positive");
-  static constexpr const op_entry& entry = layer_norm_entry;
   static constexpr layer_norm_attrs attrs{Eps};
   template <class X, class G, class B>
   struct rule {

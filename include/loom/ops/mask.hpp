@@ -27,27 +27,17 @@
 
 namespace loom {
 
-namespace ops {
-template <class T>
-struct mask_causal_kernel {  // ops/mask.cpp
-  static void forward(const op_args<T>& a);
+struct mask_causal_op : op_def<mask_causal_op> {
+  static constexpr std::string_view name = "mask_causal";
+  static constexpr op_traits traits{
+      .writes_fresh = true,
+      .can_run_in_place = true,
+      .backward_in_place = true,
+  };
+  template <class T>
+  static void forward(const op_args<T>& a);  // ops/mask.cpp
+  template <class T>
   static void backward(const op_args<T>& a);
-};
-}  // namespace ops
-
-inline constexpr op_entry mask_causal_entry{
-    .name = "mask_causal",
-    .id = 4,
-    .f32 = kernels_of<ops::mask_causal_kernel, float>(),
-    .f64 = kernels_of<ops::mask_causal_kernel, double>(),
-    .writes_fresh = true,
-    .can_run_in_place = true,
-    .backward_in_place = true,
-};
-LOOM_REGISTER_OP(mask_causal_entry);
-
-struct mask_causal_op {
-  static constexpr const op_entry& entry = mask_causal_entry;
   template <class S>
   struct rule {
     static_assert(S::rank >= 2, "mask_causal: scores need at least two axes [.., T, S]");
@@ -59,35 +49,29 @@ struct mask_causal_op {
 template <class LenDim, class BatchDim>
 inline constexpr bool padding_batch_matches = std::is_same_v<LenDim, BatchDim>;
 
-namespace ops {
-template <class T>
-struct mask_padding_kernel {  // ops/mask.cpp
-  static void forward(const op_args<T>& a);
-  static void backward(const op_args<T>& a);
-};
-}  // namespace ops
-
 /// mask_padding's attributes (stored in its node's descriptor, read by its kernels).
 struct mask_padding_attrs {
   bool left = false;  // mask_left_padding: keys before first[b] are masked
   constexpr auto fields() { return std::tie(left); }
 };
 
-inline constexpr op_entry mask_padding_entry{
-    .name = "mask_padding",
-    .id = 5,
-    .f32 = kernels_of<ops::mask_padding_kernel, float>(),
-    .f64 = kernels_of<ops::mask_padding_kernel, double>(),
-    .writes_fresh = true,
-    .can_run_in_place = true,
-    .backward_in_place = true,
-    .backward_reads = reads({1}),
+/// mask_padding's declaration: name, traits and kernels (compiled once, whatever the attributes).
+struct mask_padding_def : op_def<mask_padding_def> {
+  static constexpr std::string_view name = "mask_padding";
+  static constexpr op_traits traits{
+      .writes_fresh = true,
+      .can_run_in_place = true,
+      .backward_in_place = true,
+      .backward_reads = reads({1}),
+  };
+  template <class T>
+  static void forward(const op_args<T>& a);  // ops/mask.cpp
+  template <class T>
+  static void backward(const op_args<T>& a);
 };
-LOOM_REGISTER_OP(mask_padding_entry);
 
 template <bool Left>
-struct mask_padding_op {
-  static constexpr const op_entry& entry = mask_padding_entry;
+struct mask_padding_op : mask_padding_def {
   static constexpr mask_padding_attrs attrs{Left};
   template <class S, class L>
   struct rule {
@@ -133,29 +117,23 @@ struct mask_bool_attrs {
   constexpr auto fields() { return std::tie(lead); }
 };
 
-namespace ops {
-template <class T>
-struct mask_bool_kernel {  // ops/mask.cpp
-  static void forward(const op_args<T>& a);
+/// mask_bool's declaration: name, traits and kernels (compiled once, whatever the attributes).
+struct mask_bool_def : op_def<mask_bool_def> {
+  static constexpr std::string_view name = "mask_bool";
+  static constexpr op_traits traits{
+      .writes_fresh = true,
+      .can_run_in_place = true,
+      .backward_in_place = true,
+      .backward_reads = reads({1}),
+  };
+  template <class T>
+  static void forward(const op_args<T>& a);  // ops/mask.cpp
+  template <class T>
   static void backward(const op_args<T>& a);
 };
-}  // namespace ops
-
-inline constexpr op_entry mask_bool_entry{
-    .name = "mask_bool",
-    .id = 6,
-    .f32 = kernels_of<ops::mask_bool_kernel, float>(),
-    .f64 = kernels_of<ops::mask_bool_kernel, double>(),
-    .writes_fresh = true,
-    .can_run_in_place = true,
-    .backward_in_place = true,
-    .backward_reads = reads({1}),
-};
-LOOM_REGISTER_OP(mask_bool_entry);
 
 template <int Lead>
-struct mask_bool_op {
-  static constexpr const op_entry& entry = mask_bool_entry;
+struct mask_bool_op : mask_bool_def {
   static constexpr mask_bool_attrs attrs{Lead};
   template <class S, class M>
   struct rule {
@@ -167,10 +145,7 @@ struct mask_bool_op {
 };
 
 /// Causal mask over scores [.., T, S], offset by S − T (the cache length when decoding).
-template <class X>
-constexpr node<mask_causal_op, X> mask_causal(X) {
-  return {};
-}
+inline constexpr op_fn<mask_causal_op> mask_causal{};
 
 /// Masks keys j ≥ valid_len[b] in scores [B, .., T, S]; valid_len is an int input [B].
 template <class X, class L>

@@ -27,14 +27,6 @@ inline constexpr bool inner_dims_match = std::is_same_v<KofA, KofB>;
 template <class BatchA, class BatchB>
 inline constexpr bool batch_dims_match = shapes_broadcast<BatchA, BatchB>;
 
-namespace ops {
-template <class T>
-struct matmul_kernel {  // ops/matmul.cpp
-  static void forward(const op_args<T>& a);
-  static void backward(const op_args<T>& a);
-};
-}  // namespace ops
-
 /// matmul's attributes (stored in its node's descriptor, read by its kernels).
 struct matmul_attrs {
   bool trans_a = false, trans_b = false;
@@ -45,20 +37,22 @@ struct matmul_attrs {
 /// matrix is one GEMM operand: a KV cache's keys grown in place, say).
 constexpr bool matmul_reads_strided(const node_desc&, int) { return true; }
 
-inline constexpr op_entry matmul_entry{
-    .name = "matmul",
-    .id = 2,
-    .f32 = kernels_of<ops::matmul_kernel, float>(),
-    .f64 = kernels_of<ops::matmul_kernel, double>(),
-    .reads_strided = &matmul_reads_strided,
-    .writes_fresh = true,
-    .backward_reads = reads({0, 1}),
+/// matmul's declaration: name, traits and kernels (compiled once, whatever the attributes).
+struct matmul_def : op_def<matmul_def> {
+  static constexpr std::string_view name = "matmul";
+  static constexpr op_traits traits{
+      .reads_strided = &matmul_reads_strided,
+      .writes_fresh = true,
+      .backward_reads = reads({0, 1}),
+  };
+  template <class T>
+  static void forward(const op_args<T>& a);  // ops/matmul.cpp
+  template <class T>
+  static void backward(const op_args<T>& a);
 };
-LOOM_REGISTER_OP(matmul_entry);
 
 template <bool TransA, bool TransB>
-struct matmul_op {
-  static constexpr const op_entry& entry = matmul_entry;
+struct matmul_op : matmul_def {
   static constexpr matmul_attrs attrs{TransA, TransB};
   template <class SA, class SB>
   struct rule {

@@ -8,26 +8,16 @@
 
 namespace loom {
 
-namespace ops {
-template <class T>
-struct mul_kernel {  // ops/mul.cpp
-  static void forward(const op_args<T>& a);
+struct mul_op : op_def<mul_op> {
+  static constexpr std::string_view name = "mul";
+  static constexpr op_traits traits{
+      .can_run_in_place = true,
+      .backward_reads = reads({0, 1}),
+  };
+  template <class T>
+  static void forward(const op_args<T>& a);  // ops/mul.cpp
+  template <class T>
   static void backward(const op_args<T>& a);
-};
-}  // namespace ops
-
-inline constexpr op_entry mul_entry{
-    .name = "mul",
-    .id = 13,
-    .f32 = kernels_of<ops::mul_kernel, float>(),
-    .f64 = kernels_of<ops::mul_kernel, double>(),
-    .can_run_in_place = true,
-    .backward_reads = reads({0, 1}),
-};
-LOOM_REGISTER_OP(mul_entry);
-
-struct mul_op {
-  static constexpr const op_entry& entry = mul_entry;
   template <class A, class B>
   struct rule {
     static_assert(shapes_broadcast<A, B>,
@@ -39,10 +29,7 @@ struct mul_op {
 
 /// a ⊙ b elementwise, the two broadcast together (NumPy's rule). Shapes that do not broadcast
 /// do not compile (the message names both).
-template <class A, class B>
-constexpr node<mul_op, A, B> mul(A, B) {
-  return {};
-}
+inline constexpr op_fn<mul_op> mul{};
 
 /// a ⊙ b for nodes (mul).
 template <class A, class B>

@@ -14,31 +14,25 @@
 
 namespace loom {
 
-namespace ops {
-template <class T>
-struct named_kernel {  // ops/named.cpp
-  static void forward(const op_args<T>& a);
+/// named's declaration: name, traits and kernels (compiled once, whatever the attributes).
+struct named_def : op_def<named_def> {
+  static constexpr std::string_view name = "named";
+  static constexpr op_traits traits{
+      .is_view = true,
+      .writes_fresh = true,
+      .is_named_output = true,
+  };
+  template <class T>
+  static void forward(const op_args<T>& a);  // ops/named.cpp
+  template <class T>
   static void backward(const op_args<T>& a);
 };
-}  // namespace ops
-
-inline constexpr op_entry named_entry{
-    .name = "named",
-    .id = 24,
-    .f32 = kernels_of<ops::named_kernel, float>(),
-    .f64 = kernels_of<ops::named_kernel, double>(),
-    .is_view = true,
-    .writes_fresh = true,
-    .is_named_output = true,
-};
-LOOM_REGISTER_OP(named_entry);
 
 /// The op of named<Name>(x): identity, with the name in the node's descriptor.
 template <fixed_string Name>
-struct named_op {
+struct named_op : named_def {
   static_assert(Name.length > 0, "named<\"\">: a named output needs a name");
-  static constexpr const op_entry& entry = named_entry;
-  static constexpr std::string_view name = Name.view();
+  static constexpr std::string_view output_name = Name.view();
   template <class S>
   struct rule {
     using type = S;

@@ -25,34 +25,28 @@ inline constexpr bool positions_fit = [] {
     return std::is_same_v<shape_head<X, X::rank - 1>, Pos>;
 }();
 
-namespace ops {
-template <class T>
-struct positional_encoding_kernel {  // ops/positional_encoding.cpp
-  static void forward(const op_args<T>& a);
-  static void backward(const op_args<T>& a);
-};
-}  // namespace ops
-
 /// positional_encoding's attributes (stored in its node's descriptor, read by its kernels).
 struct positional_encoding_attrs {
   bool with_positions = false;  // a positions input [.., T] is given
   constexpr auto fields() { return std::tie(with_positions); }
 };
 
-inline constexpr op_entry positional_encoding_entry{
-    .name = "positional_encoding",
-    .id = 15,
-    .f32 = kernels_of<ops::positional_encoding_kernel, float>(),
-    .f64 = kernels_of<ops::positional_encoding_kernel, double>(),
-    .writes_fresh = true,
-    .can_run_in_place = true,
-    .backward_in_place = true,
+/// positional_encoding's declaration: name, traits and kernels (compiled once, whatever the attributes).
+struct positional_encoding_def : op_def<positional_encoding_def> {
+  static constexpr std::string_view name = "positional_encoding";
+  static constexpr op_traits traits{
+      .writes_fresh = true,
+      .can_run_in_place = true,
+      .backward_in_place = true,
+  };
+  template <class T>
+  static void forward(const op_args<T>& a);  // ops/positional_encoding.cpp
+  template <class T>
+  static void backward(const op_args<T>& a);
 };
-LOOM_REGISTER_OP(positional_encoding_entry);
 
 template <bool WithPositions>
-struct positional_encoding_op {
-  static constexpr const op_entry& entry = positional_encoding_entry;
+struct positional_encoding_op : positional_encoding_def {
   static constexpr positional_encoding_attrs attrs{WithPositions};
   template <class X, class... Pos>
   struct rule {

@@ -50,27 +50,21 @@ inline constexpr bool reshape_preserves_size = [] {
   return true;
 }();
 
-namespace ops {
-template <class T>
-struct reshape_kernel {  // ops/reshape.cpp
-  static void forward(const op_args<T>& a);
+/// reshape's declaration: name, traits and kernels (compiled once, whatever the attributes).
+struct reshape_def : op_def<reshape_def> {
+  static constexpr std::string_view name = "reshape";
+  static constexpr op_traits traits{
+      .is_view = true,
+      .writes_fresh = true,
+  };
+  template <class T>
+  static void forward(const op_args<T>& a);  // ops/reshape.cpp
+  template <class T>
   static void backward(const op_args<T>& a);
 };
-}  // namespace ops
-
-inline constexpr op_entry reshape_entry{
-    .name = "reshape",
-    .id = 10,
-    .f32 = kernels_of<ops::reshape_kernel, float>(),
-    .f64 = kernels_of<ops::reshape_kernel, double>(),
-    .is_view = true,
-    .writes_fresh = true,
-};
-LOOM_REGISTER_OP(reshape_entry);
 
 template <class To>
-struct reshape_op {
-  static constexpr const op_entry& entry = reshape_entry;
+struct reshape_op : reshape_def {
   template <class S>
   struct rule {
     static_assert(reshape_preserves_size<S, To>,
@@ -99,32 +93,26 @@ inline constexpr bool is_permutation = [] {
   return true;
 }();
 
-namespace ops {
-template <class T>
-struct transpose_kernel {  // ops/reshape.cpp
-  static void forward(const op_args<T>& a);
-  static void backward(const op_args<T>& a);
-};
-}  // namespace ops
-
 /// transpose's attributes (stored in its node's descriptor, read by its kernels).
 struct transpose_attrs {
   std::array<long, max_rank> perm{};  // y's axis i is x's axis perm[i]
   constexpr auto fields() { return std::tie(perm); }
 };
 
-inline constexpr op_entry transpose_entry{
-    .name = "transpose",
-    .id = 11,
-    .f32 = kernels_of<ops::transpose_kernel, float>(),
-    .f64 = kernels_of<ops::transpose_kernel, double>(),
-    .writes_fresh = true,
+/// transpose's declaration: name, traits and kernels (compiled once, whatever the attributes).
+struct transpose_def : op_def<transpose_def> {
+  static constexpr std::string_view name = "transpose";
+  static constexpr op_traits traits{
+      .writes_fresh = true,
+  };
+  template <class T>
+  static void forward(const op_args<T>& a);  // ops/reshape.cpp
+  template <class T>
+  static void backward(const op_args<T>& a);
 };
-LOOM_REGISTER_OP(transpose_entry);
 
 template <int... P>
-struct transpose_op {
-  static constexpr const op_entry& entry = transpose_entry;
+struct transpose_op : transpose_def {
   static constexpr transpose_attrs attrs{std::array<long, max_rank>{P...}};
   template <class S>
   struct rule {

@@ -7,34 +7,28 @@
 
 namespace loom {
 
-namespace ops {
-template <class T>
-struct scale_kernel {  // ops/scale.cpp
-  static void forward(const op_args<T>& a);
-  static void backward(const op_args<T>& a);
-};
-}  // namespace ops
-
 /// scale's attributes (stored in its node's descriptor, read by its kernels).
 struct scale_attrs {
   double factor = 1;
   constexpr auto fields() { return std::tie(factor); }
 };
 
-inline constexpr op_entry scale_entry{
-    .name = "scale",
-    .id = 3,
-    .f32 = kernels_of<ops::scale_kernel, float>(),
-    .f64 = kernels_of<ops::scale_kernel, double>(),
-    .writes_fresh = true,
-    .can_run_in_place = true,
-    .backward_in_place = true,
+/// scale's declaration: name, traits and kernels (compiled once, whatever the attributes).
+struct scale_def : op_def<scale_def> {
+  static constexpr std::string_view name = "scale";
+  static constexpr op_traits traits{
+      .writes_fresh = true,
+      .can_run_in_place = true,
+      .backward_in_place = true,
+  };
+  template <class T>
+  static void forward(const op_args<T>& a);  // ops/scale.cpp
+  template <class T>
+  static void backward(const op_args<T>& a);
 };
-LOOM_REGISTER_OP(scale_entry);
 
 template <double C>
-struct scale_op {
-  static constexpr const op_entry& entry = scale_entry;
+struct scale_op : scale_def {
   static constexpr scale_attrs attrs{C};
   template <class S>
   struct rule {

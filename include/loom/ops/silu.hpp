@@ -8,38 +8,25 @@
 
 namespace loom {
 
-namespace ops {
-template <class T>
-struct silu_kernel {  // ops/silu.cpp
-  static void forward(const op_args<T>& a);
-  static void backward(const op_args<T>& a);
-};
-}  // namespace ops
-
-inline constexpr op_entry silu_entry{
-    .name = "silu",
-    .id = 22,
-    .f32 = kernels_of<ops::silu_kernel, float>(),
-    .f64 = kernels_of<ops::silu_kernel, double>(),
-    .writes_fresh = true,
-    .can_run_in_place = true,
-    .backward_in_place = true,
-    .backward_reads = reads({0}),
-};
-LOOM_REGISTER_OP(silu_entry);
-
-struct silu_op {
-  static constexpr const op_entry& entry = silu_entry;
+struct silu_op : op_def<silu_op> {
+  static constexpr std::string_view name = "silu";
+  static constexpr op_traits traits{
+      .writes_fresh = true,
+      .can_run_in_place = true,
+      .backward_in_place = true,
+      .backward_reads = reads({0}),
+  };
   template <class S>
   struct rule {
     using type = S;
   };
+  template <class T>
+  static void forward(const op_args<T>& a);  // ops/silu.cpp
+  template <class T>
+  static void backward(const op_args<T>& a);
 };
 
 /// x · sigmoid(x), elementwise; same shape as x.
-template <class X>
-constexpr node<silu_op, X> silu(X) {
-  return {};
-}
+inline constexpr op_fn<silu_op> silu{};
 
 }  // namespace loom

@@ -8,28 +8,18 @@
 
 namespace loom {
 
-namespace ops {
-template <class T>
-struct softmax_kernel {  // ops/softmax.cpp
-  static void forward(const op_args<T>& a);
+struct softmax_op : op_def<softmax_op> {
+  static constexpr std::string_view name = "softmax";
+  static constexpr op_traits traits{
+      .writes_fresh = true,
+      .can_run_in_place = true,
+      .backward_in_place = true,
+      .backward_reads_output = true,
+  };
+  template <class T>
+  static void forward(const op_args<T>& a);  // ops/softmax.cpp
+  template <class T>
   static void backward(const op_args<T>& a);
-};
-}  // namespace ops
-
-inline constexpr op_entry softmax_entry{
-    .name = "softmax",
-    .id = 7,
-    .f32 = kernels_of<ops::softmax_kernel, float>(),
-    .f64 = kernels_of<ops::softmax_kernel, double>(),
-    .writes_fresh = true,
-    .can_run_in_place = true,
-    .backward_in_place = true,
-    .backward_reads_output = true,
-};
-LOOM_REGISTER_OP(softmax_entry);
-
-struct softmax_op {
-  static constexpr const op_entry& entry = softmax_entry;
   template <class S>
   struct rule {
     static_assert(S::rank >= 1, "softmax: needs at least one axis");
@@ -38,9 +28,6 @@ struct softmax_op {
 };
 
 /// Softmax over the last axis; shape unchanged.
-template <class X>
-constexpr node<softmax_op, X> softmax(X) {
-  return {};
-}
+inline constexpr op_fn<softmax_op> softmax{};
 
 }  // namespace loom

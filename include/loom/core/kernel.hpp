@@ -1,9 +1,19 @@
-// The interface between the executor and the op kernels (private to the library).
+// The kernel interface: what an op's forward and backward kernels receive (op_args), for the
+// library's ops and for ops a user declares in their own project (core/op_entry.hpp).
 //
 // A kernel sees plain pointers and run-time dims, never node types: it is compiled once per
-// scalar type. forward() writes the node's value; backward() *accumulates* (+=) into the
-// gradient of each input that needs one (din[i] != nullptr), reading dout and, where useful,
-// the inputs and the node's own value.
+// scalar type T (float and double). Its contract:
+//   forward(a)   writes every element of a.out (a.out_dims), reading a.input(i) (a.in_dims[i]);
+//                inputs are contiguous row-major unless the op's traits say reads_strided.
+//   backward(a)  for each input i with a.grad(i) != nullptr, *accumulates* (+=) dL/d input i
+//                into it, reading a.dout (dL/d out, a.out_dims) and the values its traits
+//                declare (backward_reads: inputs; backward_reads_output: a.out). When the op's
+//                traits say writes_fresh and a.fresh(i), it must store (=) instead: the buffer
+//                holds garbage (with_fresh/put below write both forms from one loop).
+//   check(a)     optional, at binding: throws loom::shape_error for run-time shape mistakes.
+// Kernels may run in parallel with other nodes' kernels and split their own work with
+// for_chunks (core/parallel.hpp), whose chunks do not depend on the thread count, so results
+// are bit-identical for any number of threads. A kernel throws only loom exceptions.
 #pragma once
 
 #include <array>
@@ -14,8 +24,10 @@
 #include "loom/core/node_desc.hpp"
 #include "loom/core/tensor.hpp"
 
-namespace loom::ops {
+namespace loom {
 
+/// What a kernel receives: its node, its inputs' values and dims, its output, and in
+/// backward the output's gradient and its inputs' gradients. Pointers are valid for the call.
 template <class T>
 struct op_args {
   const node_desc* node = nullptr;
@@ -79,4 +91,10 @@ inline void put(T& dst, T value) {
   else dst += value;
 }
 
+}  // namespace loom
+
+namespace loom::ops {  // the library's kernels name these unqualified
+using loom::op_args;
+using loom::put;
+using loom::with_fresh;
 }  // namespace loom::ops

@@ -8,7 +8,7 @@
 #include <oneapi/tbb/parallel_for.h>
 #include <oneapi/tbb/partitioner.h>
 
-namespace loom::ops {
+namespace loom {
 
 /// Calls fn(begin, end) over [0, n) in chunks of at most `grain` items, in parallel. The range
 /// is halved until a piece is at most `grain` long, so chunks are between grain/2 and grain
@@ -35,4 +35,9 @@ inline std::int64_t grain_for(std::int64_t work_per_item, std::int64_t work_per_
   return g < 1 ? 1 : g;
 }
 
+}  // namespace loom
+
+namespace loom::ops {
+using loom::for_chunks;
+using loom::grain_for;
 }  // namespace loom::ops
