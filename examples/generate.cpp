@@ -60,10 +60,17 @@ int main(int argc, char** argv) try {
   auto params = train_graph.make_params<float>(1);
 
   if (checkpoint_given || std::filesystem::exists(checkpoint)) {
+    std::map<std::string, std::string> recorded;
     try {
-      load_checkpoint(checkpoint, params);
+      recorded = load_checkpoint(checkpoint, params);
     } catch (const error& e) {  // corrupt, or another model's
       app.fail(std::string("--checkpoint: ") + e.what());
+    }
+    // a checkpoint that records its model's configuration (examples/translate writes it, by
+    // field name) must have been trained with this one: say which field differs
+    if (recorded.count("model.d_model")) {
+      const auto differ = reflect::differences(cfg, recorded, checkpoint, "model.");
+      if (!differ.empty()) app.fail("--checkpoint: another model's configuration: " + differ.front());
     }
     std::printf("loaded %s\n", checkpoint.c_str());
   } else {

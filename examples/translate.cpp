@@ -42,18 +42,28 @@ namespace {
 constexpr auto cfg = config<0.0>;
 constexpr double label_smoothing = 0.1;
 
-struct settings {
-  double minutes = 5.0;
-  long steps = 4000;
-  int threads = 0;
-  std::string out = "out/translate";
+// What defines a training run: a resumed run, and every rank of a data-parallel one, must have
+// the same (its fields are the checkpoint's metadata and the ranks' start-up check, by name).
+struct run_settings {
   std::uint64_t seed = 1;
   std::size_t batch = 64;
-  long max_number = 999'999'999;
-  long checkpoint_every = 500;
-  bool resume = false;
+  long max = 999'999'999;
+  long steps = 4000;
   std::int64_t accumulate = 1;  // micro-batches per process and step
 };
+
+struct settings {
+  double minutes = 5.0;
+  int threads = 0;
+  std::string out = "out/translate";
+  long checkpoint_every = 500;
+  bool resume = false;
+  run_settings run;
+};
+
+}  // namespace
+BOOST_HANA_ADAPT_STRUCT(run_settings, seed, batch, max, steps, accumulate);
+namespace {
 
 #ifdef LOOM_HAVE_DISTRIBUTED
 using world_t = distributed::communicator;
@@ -66,26 +76,26 @@ struct world_t {  // this process alone
 
 void add_options(cli::command_line& app, settings& s) {
   app.number("--minutes", s.minutes, 0.0, 1e6, "stop training after this many minutes")
-      .whole("--steps", s.steps, 1, 100'000'000, "training steps")
+      .whole("--steps", s.run.steps, 1, 100'000'000, "training steps")
       .whole("--threads", s.threads, 0, max_threads, "worker threads (0: all cores)")
       .folder("--out", s.out, "folder of the files written")
-      .whole("--seed", s.seed, 0, UINT64_MAX, "seed of the data split, the initial weights and the batches")
-      .whole("--batch", s.batch, 1, 4096, "examples per step")
-      .whole("--max", s.max_number, 100'000, 999'999'999, "largest number in the data")
+      .whole("--seed", s.run.seed, 0, UINT64_MAX, "seed of the data split, the initial weights and the batches")
+      .whole("--batch", s.run.batch, 1, 4096, "examples per step")
+      .whole("--max", s.run.max, 100'000, 999'999'999, "largest number in the data")
       .whole("--checkpoint-every", s.checkpoint_every, 0, 100'000'000,
              "save a checkpoint every N steps (0: only at the end)")
       .flag("--resume", s.resume, "continue from the checkpoint in --out, if there is one")
-      .whole("--accumulate", s.accumulate, 1, 4096, "micro-batches per process and step (gradient accumulation)");
+      .whole("--accumulate", s.run.accumulate, 1, 4096, "micro-batches per process and step (gradient accumulation)");
 }
 
-// The settings a checkpoint was trained with: a resumed run must have the same.
+// What a checkpoint was trained with, from the two reflected structs: the run's settings by
+// their names ("seed", "batch", ...) and the model's configuration ("model.d_model", ...). A
+// resumed run must have the same.
 std::map<std::string, std::string> run_metadata(const settings& s) {
-  return {{"example", "translate"},
-          {"seed", std::to_string(s.seed)},
-          {"batch", std::to_string(s.batch)},
-          {"max", std::to_string(s.max_number)},
-          {"steps", std::to_string(s.steps)},
-          {"accumulate", std::to_string(s.accumulate)}};
+  auto m = reflect::to_map(s.run);
+  m.merge(reflect::to_map(cfg, "model."));
+  m["example"] = "translate";
+  return m;
 }
 
 // Mean loss over the validation split (eval mode: no dropout).
@@ -130,9 +140,9 @@ int train_and_evaluate(const settings& s, const cli::command_line& app, world_t*
   if (rank != 0) std::freopen("/dev/null", "w", stdout);  // rank 0 speaks and writes the files
   try {
     // ---- data: distinct numbers, no number in two splits
-    task t(s.max_number, 60'000, 1'000, 2'000, s.seed);
+    task t(s.run.max, 60'000, 1'000, 2'000, s.run.seed);
     std::printf("numbers in [0, %ld]: %zu train, %zu validation, %zu test; vocabularies %d + %d tokens\n",
-                s.max_number, t.data.train.size(), t.data.valid.size(), t.data.test.size(), t.source.size(),
+                s.run.max, t.data.train.size(), t.data.valid.size(), t.data.test.size(), t.source.size(),
                 t.target.size());
     std::printf("e.g. \"%s\" -> \"%s\"\n", t.data.train[0].source.c_str(), t.data.train[0].target.c_str());
 
@@ -144,7 +154,7 @@ int train_and_evaluate(const settings& s, const cli::command_line& app, world_t*
     auto eval_graph = make_graph(eval_model::loss<pad, label_smoothing>());
     auto memory_graph = std::apply([](auto... m) { return make_graph(m...); }, eval_model::cross_memory());
     auto step_graph = make_graph(decode_model::logits());
-    auto params = train_graph.make_params<float>(s.seed);
+    auto params = train_graph.make_params<float>(s.run.seed);
     std::printf("model: %ld+%ld layers, d_model %ld, %ld heads, ffn %ld: %lld parameters, %d graph nodes\n",
                 cfg.encoder_layers, cfg.decoder_layers, cfg.d_model, cfg.heads, cfg.ffn,
                 static_cast<long long>(params.numel()), train_graph.size());
@@ -152,7 +162,7 @@ int train_and_evaluate(const settings& s, const cli::command_line& app, world_t*
     // ---- training, resumed from the last checkpoint with --resume
     auto run = train_graph.executor<float>(params, {.threads = s.threads});
     adam<float> opt(params, {.lr = 1e-3});
-    opt.set_schedule(warmup_cosine(1e-3, s.steps / 20, s.steps, 2e-5));
+    opt.set_schedule(warmup_cosine(1e-3, s.run.steps / 20, s.run.steps, 2e-5));
     const std::string checkpoint = s.out + "/checkpoint.safetensors";
     const auto metadata = run_metadata(s);
     bool resuming = s.resume && rank == 0 && std::filesystem::exists(checkpoint);  // rank 0 reads it
@@ -179,14 +189,14 @@ int train_and_evaluate(const settings& s, const cli::command_line& app, world_t*
       std::printf("resumed from %s at step %lld\n", checkpoint.c_str(), static_cast<long long>(opt.steps()));
     }
     const std::int64_t first_step = opt.steps();
-    trainer_options options{.total_steps = s.steps, .clip_norm = 1.0, .csv_path = s.out + "/loss.csv",
+    trainer_options options{.total_steps = s.run.steps, .clip_norm = 1.0, .csv_path = s.out + "/loss.csv",
                             .resume_log = first_step > 0};
     if (rank != 0) {
       options.csv_path.clear();
       options.progress.out = std::fopen("/dev/null", "w");
     }
     trainer<float> trainer(run, params, opt, options);
-    const std::int64_t micro_batches = ranks * s.accumulate;  // per step, over all processes
+    const std::int64_t micro_batches = ranks * s.run.accumulate;  // per step, over all processes
 #ifdef LOOM_HAVE_DISTRIBUTED
     std::unique_ptr<distributed::data_parallel<float>> dp;
     if (world) {  // the same settings on every rank, rank 0's initial parameters
@@ -204,13 +214,13 @@ int train_and_evaluate(const settings& s, const cli::command_line& app, world_t*
     };
     std::printf("training for %ld steps of %zu examples (at most %.1f minutes) on %d process(es) x %d thread(s), "
                 "%lld micro-batch(es) per step\n",
-                s.steps - static_cast<long>(first_step), s.batch, s.minutes, ranks, run.threads(),
+                s.run.steps - static_cast<long>(first_step), s.run.batch, s.minutes, ranks, run.threads(),
                 static_cast<long long>(micro_batches));
-    for (long step = static_cast<long>(first_step) + 1; step <= s.steps; ++step) {
+    for (long step = static_cast<long>(first_step) + 1; step <= s.run.steps; ++step) {
       // this process's micro-batches of the step's batch: the same batch for any process count
       std::vector<seq2seq_batch> mine;
       std::int64_t tokens = 0;
-      for (const auto& idx : shard_batch(t.train_indices(step, s.batch, s.seed), micro_batches, rank, ranks)) {
+      for (const auto& idx : shard_batch(t.train_indices(step, s.run.batch, s.run.seed), micro_batches, rank, ranks)) {
         mine.push_back(make_batch(t.data.train, idx, t.source, t.target));
         tokens += label_tokens(mine.back());
       }
@@ -218,10 +228,10 @@ int train_and_evaluate(const settings& s, const cli::command_line& app, world_t*
       for (const auto& b : mine)
         feeds.push_back({{"src", b.src}, {"src_len", b.src_len}, {"tgt", b.tgt}, {"target", b.target}});
       trainer.step(feeds, tokens);
-      if (rank == 0 && (step % 500 == 0 || step == s.steps))
+      if (rank == 0 && (step % 500 == 0 || step == s.run.steps))
         trainer.validation(validation_loss(t, eval_graph, params, s.threads));
       // the log is written before the checkpoint, so a resumed run finds every row it keeps
-      if (s.checkpoint_every > 0 && step % s.checkpoint_every == 0 && step != s.steps) save(metadata);
+      if (s.checkpoint_every > 0 && step % s.checkpoint_every == 0 && step != s.run.steps) save(metadata);
       bool out_of_time = trainer.seconds() > s.minutes * 60;
 #ifdef LOOM_HAVE_DISTRIBUTED
       if (world) world->broadcast(std::span(&out_of_time, 1));  // rank 0 decides for everyone

@@ -16,7 +16,14 @@ std::string to_dot(const plan_view& plan) {
     if (d->op->role == node_role::input) o << "input " << d->name << "\\n" << dims << "\", shape=box, style=filled, fillcolor=\"#dbe9f6\"";
     else if (d->op->role == node_role::param) o << d->name << "\\n" << dims << "\", shape=box, style=\"rounded,filled\", fillcolor=\"#fde9c9\"";
     else if (d->op->is_named_output) o << d->op->name << "\\n\\\"" << d->name << "\\\"\\n" << dims << "\", shape=ellipse, style=filled, fillcolor=\"#e3f1dc\"";
-    else o << d->op->name << "\\n" << dims << "\", shape=ellipse";
+    else {
+      o << d->op->name << "\\n" << dims;
+      if (d->attrs_text) {  // the op's attributes, one per line: "factor=0.125"
+        o << "\\n";
+        for (char c : d->attrs_text(*d)) o << (c == '\n' ? std::string("\\n") : c == '"' ? std::string("\\\"") : std::string(1, c));
+      }
+      o << "\", shape=ellipse";
+    }
     o << "];\n";
   }
   for (int i = 0; i < plan.size(); ++i)

@@ -4,7 +4,7 @@
 
 #include <algorithm>
 
-#include "../ops/fusion.hpp"
+#include "loom/graph/fusion.hpp"
 
 namespace loom::detail {
 
@@ -25,11 +25,12 @@ std::unique_ptr<rewritten_plan> rewrite(const plan_view& p, std::span<const std:
   for (int i : p.roots) absorbable[i] = 0;
   for (int i : p.named) absorbable[i] = 0;
   std::vector<int> fusion_at(n, -1);
-  std::vector<ops::fusion> found;
+  std::vector<fusion> found;
+  const std::vector<fusion_rule> rules = fusion_rules();
   for (int i = n - 1; i >= 0; --i) {
     if (taken[i] || p.order[i]->op->role != node_role::op) continue;
-    for (ops::fusion_rule rule : ops::fusion_rules()) {
-      std::optional<ops::fusion> f = rule(p, i, absorbable);
+    for (const fusion_rule& rule : rules) {
+      std::optional<fusion> f = rule.match(p, i, absorbable);
       if (!f || f->root != i) continue;
       bool ok = true;
       for (int a : f->absorbed) ok = ok && !taken[a] && absorbable[a] && a != i;
@@ -65,7 +66,7 @@ std::unique_ptr<rewritten_plan> rewrite(const plan_view& p, std::span<const std:
     if (at < 0) continue;
     std::vector<int> ins;
     if (fusion_at[i] >= 0) {
-      const ops::fusion& f = found[static_cast<std::size_t>(fusion_at[i])];
+      const fusion& f = found[static_cast<std::size_t>(fusion_at[i])];
       auto& descs = r->made_inputs.emplace_back();
       for (int x : f.inputs) descs.push_back(p.order[x]);
       node_desc d;

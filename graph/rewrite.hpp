@@ -1,4 +1,4 @@
-// The plan rewrite: a plan with the fusion rules of ops/fusion.hpp applied — the patterns
+// The plan rewrite: a plan with the fusion rules of loom/graph/fusion.hpp applied — the patterns
 // they find replaced by fused nodes — as a plan_view of its own. The unfused plan stays the
 // reference (exec_options::fuse = false runs it as written). Private to the executor.
 #pragma once

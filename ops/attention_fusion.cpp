@@ -8,7 +8,7 @@
 #include <memory>
 
 #include "fused_attention.hpp"
-#include "fusion.hpp"
+#include "loom/graph/fusion.hpp"
 #include "loom/ops/add.hpp"
 #include "loom/ops/concat.hpp"
 #include "loom/ops/dropout.hpp"
@@ -221,6 +221,6 @@ std::optional<fusion> attention_rule(const plan_view& p, int root, std::span<con
 
 }  // namespace
 
-fusion_rule attention_fusion_rule() { return &attention_rule; }
+fusion_match attention_fusion_rule() { return &attention_rule; }
 
 }  // namespace loom::ops

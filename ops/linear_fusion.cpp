@@ -4,7 +4,7 @@
 #include <memory>
 
 #include "fused_linear.hpp"
-#include "fusion.hpp"
+#include "loom/graph/fusion.hpp"
 #include "loom/ops/activation.hpp"
 #include "loom/ops/add.hpp"
 #include "loom/ops/matmul.hpp"
@@ -76,6 +76,6 @@ std::optional<fusion> linear_rule(const plan_view& p, int root, std::span<const 
 
 }  // namespace
 
-fusion_rule linear_fusion_rule() { return &linear_rule; }
+fusion_match linear_fusion_rule() { return &linear_rule; }
 
 }  // namespace loom::ops

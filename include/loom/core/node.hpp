@@ -50,8 +50,10 @@ inline constexpr op_entry param_entry = detail::leaf_entry("param", node_role::p
 /// A parameter's attributes: the fan-in its initialiser uses (init_kind::linear_bias).
 struct param_attrs {
   long fan_in = 0;
-  constexpr auto fields() { return std::tie(fan_in); }
 };
+}  // namespace loom
+BOOST_HANA_ADAPT_STRUCT(loom::param_attrs, fan_in);
+namespace loom {
 
 template <class N>
 struct resolve {
@@ -84,7 +86,11 @@ struct node {
     d.rank = shape::rank;
     d.dims = shape_exprs_of<shape>();
     d.inputs = input_descs;
-    if constexpr (requires { Op::attrs; }) store_attrs(d, Op::attrs);
+    if constexpr (requires { Op::attrs; }) {
+      using attrs_t = std::remove_cvref_t<decltype(Op::attrs)>;
+      store_attrs(d, Op::attrs);
+      if constexpr (reflect::is_reflected<attrs_t>) d.attrs_text = &detail::attrs_text<attrs_t>;
+    }
     if constexpr (requires { Op::output_name; }) d.name = Op::output_name;  // named outputs
     d.hash = detail::hash_desc(d);
     return d;

@@ -10,11 +10,13 @@
 #include <bit>
 #include <cstdint>
 #include <span>
+#include <string>
 #include <string_view>
 #include <tuple>
 
 #include "loom/core/dims.hpp"
 #include "loom/core/op_entry.hpp"
+#include "loom/core/reflect.hpp"
 
 namespace loom {
 
@@ -57,6 +59,9 @@ struct node_desc {
   init_kind init = init_kind::zeros;
   std::uint64_t hash = 0;           // structural hash; identical nodes are one object anyway
   const void* fused = nullptr;      // a fused node (made by a plan rewrite): its parameters
+  /// The attributes as "name=value" lines (DOT labels, messages), from their struct's
+  /// reflection; null when the node has none.
+  std::string (*attrs_text)(const node_desc&) = nullptr;
 };
 
 namespace detail {
@@ -96,10 +101,12 @@ constexpr std::uint64_t hash_desc(const node_desc& d) {
 
 // ---- typed attributes ----
 //
-// An op's attributes are a struct with named fields (bool, int, long, double, dim_expr, or a
-// std::array<long, N>) and a `fields()` member returning std::tie(field...). store_attrs
-// writes them into a descriptor's slots in that order; load_attrs reads them back. The order
-// is written once, in fields(), so the header that stores and the kernel that reads agree.
+// An op's attributes are a plain struct with named fields (bool, int, long, double, dim_expr, or
+// a std::array<long, N>), adapted for reflection once after it:
+//   struct scale_attrs { double factor = 1; };
+//   BOOST_HANA_ADAPT_STRUCT(loom::scale_attrs, factor);     // at global scope
+// store_attrs writes the fields into a descriptor's slots in that order (so they are part of
+// the node's structural hash); load_attrs reads them back; attrs_text names them for DOT.
 namespace detail {
 struct attr_writer {
   node_desc& d;
@@ -127,13 +134,20 @@ struct attr_reader {
     for (long& x : v) x = d.iattr[ni++];
   }
 };
+inline std::string dim_text(const dim_expr& e) {
+  std::string s;
+  for (int k = 0; k < e.n_syms; ++k) s += (k ? " + " : "") + std::string(e.syms[static_cast<std::size_t>(k)]);
+  if (e.constant != 0 || e.n_syms == 0) s += (e.n_syms ? " + " : "") + std::to_string(e.constant);
+  return s;
+}
 }  // namespace detail
 
 /// Writes the attributes `a` into d's slots (see above).
 template <class A>
 constexpr void store_attrs(node_desc& d, A a) {
   detail::attr_writer w{d};
-  std::apply([&](auto&... f) { (w(f), ...); }, a.fields());
+  if constexpr (requires { a.fields(); }) std::apply([&](auto&... f) { (w(f), ...); }, a.fields());  // transition
+  else reflect::for_each_field(a, [&](const char*, const auto& v) { w(v); });
 }
 
 /// The attributes of type A stored in d by store_attrs.
@@ -141,8 +155,26 @@ template <class A>
 constexpr A load_attrs(const node_desc& d) {
   A a{};
   detail::attr_reader r{d};
-  std::apply([&](auto&... f) { (r(f), ...); }, a.fields());
+  if constexpr (requires { a.fields(); }) std::apply([&](auto&... f) { (r(f), ...); }, a.fields());  // transition
+  else reflect::for_each_field(a, [&](const char*, auto& v) { r(v); });
   return a;
 }
+
+namespace detail {
+/// d's attributes of type A as "name=value" lines joined by "\n" (see node_desc::attrs_text).
+template <class A>
+std::string attrs_text(const node_desc& d) {
+  const A a = load_attrs<A>(d);
+  std::string s;
+  reflect::for_each_field(a, [&](const char* name, const auto& v) {
+    s += s.empty() ? "" : "\n";
+    s += name;
+    s += '=';
+    if constexpr (std::is_same_v<std::remove_cvref_t<decltype(v)>, dim_expr>) s += dim_text(v);
+    else s += reflect::to_text(v);
+  });
+  return s;
+}
+}  // namespace detail
 
 }  // namespace loom

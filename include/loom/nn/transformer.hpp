@@ -47,6 +47,13 @@ struct transformer_config {
   bool recompute = false;   // train/eval: each layer's interior is recomputed in backward, not kept (checkpoint)
 };
 
+}  // namespace loom::nn
+// Reflected (core/reflect.hpp): a checkpoint records these fields by name, and a program that
+// loads it can say which one differs.
+BOOST_HANA_ADAPT_STRUCT(loom::nn::transformer_config, d_model, heads, ffn, encoder_layers, decoder_layers, src_vocab,
+                        tgt_vocab, dropout, norm_first, act, eps, recompute);
+namespace loom::nn {
+
 struct train_mode {};
 struct eval_mode {};
 struct decode_mode {};
@@ -55,6 +62,15 @@ struct decode_mode {};
 struct none {};
 
 namespace detail {
+
+/// Checks the config once, however many layers use it (a function of C alone: one
+/// instantiation, one static_assert); on failure the stacks build no layer, so nothing follows.
+template <transformer_config C>
+constexpr bool config_fits() {
+  static_assert(heads_split_model_dim<fix<C.d_model>, fix<C.heads>>,
+                "transformer_config: d_model must be a multiple of heads (d_model, heads named below)");
+  return heads_split_model_dim<fix<C.d_model>, fix<C.heads>>;
+}
 
 template <transformer_config C, class Mode>
 inline constexpr bool uses_dropout = C.dropout > 0 && std::is_same_v<Mode, train_mode>;
@@ -158,7 +174,7 @@ constexpr auto layer_output(Out out, In... inputs) {
 
 template <fixed_string Stack, transformer_config C, class Mode, long I, long N, class... M, class X, class Seed>
 constexpr auto encoder_stack(X x, Seed seed) {
-  if constexpr (I == N) return x;
+  if constexpr (I == N || !config_fits<C>()) return x;  // a failed check has said what is wrong
   else
     return encoder_stack<Stack, C, Mode, I + 1, N, M...>(
         layer_output<C, Mode>(block<encoder_layer_fn<layer_name<Stack, I>(), C, Mode, M...>, X, Seed>{}, x), seed);
@@ -166,7 +182,7 @@ constexpr auto encoder_stack(X x, Seed seed) {
 
 template <transformer_config C, class Mode, long I, class SelfMasks, class CrossMasks, class X, class Mem, class Seed>
 constexpr auto decoder_stack(X x, Mem mem, Seed seed) {
-  if constexpr (I == C.decoder_layers) return x;
+  if constexpr (I == C.decoder_layers || !config_fits<C>()) return x;
   else if constexpr (std::is_same_v<Mem, none>)
     return decoder_stack<C, Mode, I + 1, SelfMasks, CrossMasks>(
         layer_output<C, Mode>(
@@ -203,7 +219,8 @@ using seed_t = std::conditional_t<std::is_same_v<Mode, train_mode>, input_node<"
 /// inputs of the same names (see cross_attention_memory).
 template <transformer_config C, class Mem>
 constexpr auto decoder_cross_memory(Mem memory) {
-  return [&]<std::size_t... I>(std::index_sequence<I...>) {
+  if constexpr (!config_fits<C>()) return std::make_tuple(memory);  // the check has said what is wrong
+  else return [&]<std::size_t... I>(std::index_sequence<I...>) {
     return std::tuple_cat(
         cross_attention_memory<layer_name<"decoder", I>() + ".multihead_attn", static_cast<int>(C.heads)>(memory)...);
   }(std::make_index_sequence<static_cast<std::size_t>(C.decoder_layers)>{});

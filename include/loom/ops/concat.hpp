@@ -47,8 +47,10 @@ inline constexpr bool concat_dims_match = detail::same_except_axis<Axis, First, 
 /// concat's attributes (stored in its node's descriptor, read by its kernels).
 struct concat_attrs {
   long axis = 0;
-  constexpr auto fields() { return std::tie(axis); }
 };
+}  // namespace loom
+BOOST_HANA_ADAPT_STRUCT(loom::concat_attrs, axis);
+namespace loom {
 
 /// concat reads operands whose matrices are spaced apart in place when it joins along one of
 /// the last two axes (a KV cache's blocks, read through feed::strided).
@@ -109,8 +111,10 @@ inline constexpr bool slice_fits = [] {
 struct slice_attrs {
   long axis = 0;
   dim_expr begin{}, size{};  // bound at run time (op_args::dattr)
-  constexpr auto fields() { return std::tie(axis, begin, size); }
 };
+}  // namespace loom
+BOOST_HANA_ADAPT_STRUCT(loom::slice_attrs, axis, begin, size);
+namespace loom {
 
 /// slice's declaration: name, traits and kernels (compiled once, whatever the attributes).
 struct slice_def : op_def<slice_def> {

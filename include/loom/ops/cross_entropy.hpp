@@ -30,8 +30,10 @@ inline constexpr bool targets_fit = [] {
 struct cross_entropy_attrs {
   long ignore_index = -100;
   double label_smoothing = 0;
-  constexpr auto fields() { return std::tie(ignore_index, label_smoothing); }
 };
+}  // namespace loom
+BOOST_HANA_ADAPT_STRUCT(loom::cross_entropy_attrs, ignore_index, label_smoothing);
+namespace loom {
 
 /// cross_entropy's declaration: name, traits and kernels (compiled once, whatever the attributes).
 struct cross_entropy_def : op_def<cross_entropy_def> {

@@ -26,8 +26,10 @@ inline constexpr bool is_dropout_seed = std::is_same_v<S, shape<fix<2>>>;
 /// dropout's attributes (stored in its node's descriptor, read by its kernels).
 struct dropout_attrs {
   double p = 0;  // probability of dropping an element
-  constexpr auto fields() { return std::tie(p); }
 };
+}  // namespace loom
+BOOST_HANA_ADAPT_STRUCT(loom::dropout_attrs, p);
+namespace loom {
 
 /// dropout's declaration: name, traits and kernels (compiled once, whatever the attributes).
 struct dropout_def : op_def<dropout_def> {

@@ -35,8 +35,10 @@ std::int64_t layer_norm_scratch(const void*, const dims_t& out, std::span<const 
 /// layer_norm's attributes (stored in its node's descriptor, read by its kernels).
 struct layer_norm_attrs {
   double eps = 1e-5;
-  constexpr auto fields() { return std::tie(eps); }
 };
+}  // namespace loom
+BOOST_HANA_ADAPT_STRUCT(loom::layer_norm_attrs, eps);
+namespace loom {
 
 /// layer_norm's declaration: name, traits and kernels (compiled once, whatever the attributes).
 struct layer_norm_def : op_def<layer_norm_def> {

@@ -52,8 +52,10 @@ inline constexpr bool padding_batch_matches = std::is_same_v<LenDim, BatchDim>;
 /// mask_padding's attributes (stored in its node's descriptor, read by its kernels).
 struct mask_padding_attrs {
   bool left = false;  // mask_left_padding: keys before first[b] are masked
-  constexpr auto fields() { return std::tie(left); }
 };
+}  // namespace loom
+BOOST_HANA_ADAPT_STRUCT(loom::mask_padding_attrs, left);
+namespace loom {
 
 /// mask_padding's declaration: name, traits and kernels (compiled once, whatever the attributes).
 struct mask_padding_def : op_def<mask_padding_def> {
@@ -114,8 +116,10 @@ inline constexpr bool bool_mask_broadcasts = detail::bool_mask_fits<MaskShape, S
 /// mask_bool's attributes (stored in its node's descriptor, read by its kernels).
 struct mask_bool_attrs {
   long lead = 0;  // the mask's first `lead` axes align with the scores' first axes
-  constexpr auto fields() { return std::tie(lead); }
 };
+}  // namespace loom
+BOOST_HANA_ADAPT_STRUCT(loom::mask_bool_attrs, lead);
+namespace loom {
 
 /// mask_bool's declaration: name, traits and kernels (compiled once, whatever the attributes).
 struct mask_bool_def : op_def<mask_bool_def> {

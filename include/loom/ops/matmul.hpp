@@ -30,8 +30,10 @@ inline constexpr bool batch_dims_match = shapes_broadcast<BatchA, BatchB>;
 /// matmul's attributes (stored in its node's descriptor, read by its kernels).
 struct matmul_attrs {
   bool trans_a = false, trans_b = false;
-  constexpr auto fields() { return std::tie(trans_a, trans_b); }
 };
+}  // namespace loom
+BOOST_HANA_ADAPT_STRUCT(loom::matmul_attrs, trans_a, trans_b);
+namespace loom {
 
 /// matmul reads operands whose matrices lie further apart than their size in place (each
 /// matrix is one GEMM operand: a KV cache's keys grown in place, say).

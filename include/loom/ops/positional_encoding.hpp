@@ -28,8 +28,10 @@ inline constexpr bool positions_fit = [] {
 /// positional_encoding's attributes (stored in its node's descriptor, read by its kernels).
 struct positional_encoding_attrs {
   bool with_positions = false;  // a positions input [.., T] is given
-  constexpr auto fields() { return std::tie(with_positions); }
 };
+}  // namespace loom
+BOOST_HANA_ADAPT_STRUCT(loom::positional_encoding_attrs, with_positions);
+namespace loom {
 
 /// positional_encoding's declaration: name, traits and kernels (compiled once, whatever the attributes).
 struct positional_encoding_def : op_def<positional_encoding_def> {

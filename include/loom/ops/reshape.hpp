@@ -96,8 +96,10 @@ inline constexpr bool is_permutation = [] {
 /// transpose's attributes (stored in its node's descriptor, read by its kernels).
 struct transpose_attrs {
   std::array<long, max_rank> perm{};  // y's axis i is x's axis perm[i]
-  constexpr auto fields() { return std::tie(perm); }
 };
+}  // namespace loom
+BOOST_HANA_ADAPT_STRUCT(loom::transpose_attrs, perm);
+namespace loom {
 
 /// transpose's declaration: name, traits and kernels (compiled once, whatever the attributes).
 struct transpose_def : op_def<transpose_def> {

@@ -10,8 +10,10 @@ namespace loom {
 /// scale's attributes (stored in its node's descriptor, read by its kernels).
 struct scale_attrs {
   double factor = 1;
-  constexpr auto fields() { return std::tie(factor); }
 };
+}  // namespace loom
+BOOST_HANA_ADAPT_STRUCT(loom::scale_attrs, factor);
+namespace loom {
 
 /// scale's declaration: name, traits and kernels (compiled once, whatever the attributes).
 struct scale_def : op_def<scale_def> {
