@@ -128,9 +128,17 @@ struct broadcast_layout {
   /// The gradient of operand `o`: dst[e] (= when fresh, += otherwise) Σ term(out_offset,
   /// other_offset) over the output elements that read element e of operand o. Parallel over
   /// chunks of o's elements; each sum runs over the broadcast axes in row-major order, so the
-  /// result depends on the shapes only (not on the threads).
+  /// result depends on the shapes only (not on the threads). A term that takes a third
+  /// argument also gets e, the offset of operand o's own element (div's and maximum's
+  /// gradients read both operands).
   template <class T, class Term>
-  void reduce_into(int o, T* dst, bool fresh, Term term) const {
+  void reduce_into(int o, T* dst, bool fresh, Term user_term) const {
+    auto term = [&](std::int64_t out, std::int64_t other_at, std::int64_t own) {
+      if constexpr (std::is_invocable_v<Term&, std::int64_t, std::int64_t, std::int64_t>)
+        return user_term(out, other_at, own);
+      else
+        return user_term(out, other_at);
+    };
     const int other = 1 - o;
     std::array<int, max_rank> kept{}, summed{};
     int nk = 0, ns = 0;
@@ -150,12 +158,13 @@ struct broadcast_layout {
     }
     if (ns == 0) {  // the operand has the output's shape: one term per element, along the runs
       for_runs([&](std::int64_t out, std::int64_t ia, std::int64_t ib, std::int64_t n, std::int64_t sa, std::int64_t sb) {
-        T* d = dst + (o == 0 ? ia : ib);  // = out: the operand is laid out as the output
+        const std::int64_t own = o == 0 ? ia : ib;  // = out: the operand is laid out as the output
+        T* d = dst + own;
         const std::int64_t other_at = o == 0 ? ib : ia, step = o == 0 ? sb : sa;
         if (fresh)
-          for (std::int64_t j = 0; j < n; ++j) d[j] = term(out + j, other_at + j * step);
+          for (std::int64_t j = 0; j < n; ++j) d[j] = term(out + j, other_at + j * step, own + j);
         else
-          for (std::int64_t j = 0; j < n; ++j) d[j] += term(out + j, other_at + j * step);
+          for (std::int64_t j = 0; j < n; ++j) d[j] += term(out + j, other_at + j * step, own + j);
       });
       return;
     }
@@ -215,22 +224,22 @@ struct broadcast_layout {
         sweep([&](std::int64_t so, std::int64_t sb, bool first) {
           const std::int64_t oo = so + o0, bb = sb + b0;
           if (first && fresh)
-            for (std::int64_t e = 0; e < n; ++e) d[e] = term(oo + e, bb + e);
+            for (std::int64_t e = 0; e < n; ++e) d[e] = term(oo + e, bb + e, e0 + e);
           else
-            for (std::int64_t e = 0; e < n; ++e) d[e] += term(oo + e, bb + e);
+            for (std::int64_t e = 0; e < n; ++e) d[e] += term(oo + e, bb + e, e0 + e);
         });
       else if (run)
         sweep([&](std::int64_t so, std::int64_t sb, bool first) {
           const std::int64_t oo = so + o0, bb = sb + b0;
           if (first && fresh)
-            for (std::int64_t e = 0; e < n; ++e) d[e] = term(oo + e, bb);
+            for (std::int64_t e = 0; e < n; ++e) d[e] = term(oo + e, bb, e0 + e);
           else
-            for (std::int64_t e = 0; e < n; ++e) d[e] += term(oo + e, bb);
+            for (std::int64_t e = 0; e < n; ++e) d[e] += term(oo + e, bb, e0 + e);
         });
       else
         sweep([&](std::int64_t so, std::int64_t sb, bool first) {
           for (std::int64_t e = 0; e < n; ++e) {
-            const T v = term(so + ko[static_cast<std::size_t>(e)], sb + kb[static_cast<std::size_t>(e)]);
+            const T v = term(so + ko[static_cast<std::size_t>(e)], sb + kb[static_cast<std::size_t>(e)], e0 + e);
             d[e] = first && fresh ? v : d[e] + v;
           }
         });

@@ -289,6 +289,102 @@ const std::map<std::string_view, std::function<case_result()>>& cases() {
          return run_case(make_graph(dropout<0.3>(x, seed)), entry_of<dropout_def>,
                          {{"x", rnd({4, 5}, 21)}, {"seed", tokens({2}, {7, 1})}});
        }},
+      // unary math (unary.hpp): log, sqrt and rsqrt on positive inputs; abs away from its kink
+      {"neg",
+       [] {
+         auto x = input<"x", shape<fix<2>, fix<3>>>();
+         return run_case(make_graph(neg(x)), entry_of<neg_op>, {{"x", rnd({2, 3}, 40)}});
+       }},
+      {"exp",
+       [] {
+         auto x = input<"x", shape<fix<2>, fix<3>>>();
+         return run_case(make_graph(loom::exp(x)), entry_of<exp_op>, {{"x", rnd({2, 3}, 41)}});
+       }},
+      {"log",
+       [] {
+         auto x = input<"x", shape<fix<2>, fix<3>>>();
+         return run_case(make_graph(loom::log(x)), entry_of<log_op>, {{"x", test::random_tensor<double>({2, 3}, 42, 0.5, 2)}});
+       }},
+      {"sqrt",
+       [] {
+         auto x = input<"x", shape<fix<2>, fix<3>>>();
+         return run_case(make_graph(loom::sqrt(x)), entry_of<sqrt_op>, {{"x", test::random_tensor<double>({2, 3}, 43, 0.5, 2)}});
+       }},
+      {"rsqrt",
+       [] {
+         auto x = input<"x", shape<fix<2>, fix<3>>>();
+         return run_case(make_graph(rsqrt(x)), entry_of<rsqrt_op>, {{"x", test::random_tensor<double>({2, 3}, 44, 0.5, 2)}});
+       }},
+      {"tanh",
+       [] {
+         auto x = input<"x", shape<fix<2>, fix<3>>>();
+         return run_case(make_graph(loom::tanh(x)), entry_of<tanh_op>, {{"x", rnd({2, 3}, 45)}});
+       }},
+      {"sigmoid",
+       [] {
+         auto x = input<"x", shape<fix<2>, fix<3>>>();
+         return run_case(make_graph(sigmoid(x)), entry_of<sigmoid_op>, {{"x", rnd({2, 3}, 46)}});
+       }},
+      {"abs",
+       [] {
+         auto x = input<"x", shape<fix<2>, fix<3>>>();
+         return run_case(make_graph(loom::abs(x)), entry_of<abs_op>, {{"x", tensor<double>({2, 3}, {0.5, -1, 2, 1, 1.5, -0.5})}});
+       }},
+      {"square",
+       [] {
+         auto x = input<"x", shape<fix<2>, fix<3>>>();
+         return run_case(make_graph(square(x)), entry_of<square_op>, {{"x", rnd({2, 3}, 47)}});
+       }},
+      // binary math (binary.hpp, where.hpp), both operands broadcast
+      {"sub",
+       [] {
+         auto a = input<"a", shape<fix<2>, fix<1>, fix<3>>>();
+         auto b = input<"b", shape<fix<4>, fix<1>>>();
+         return run_case(make_graph(a - b), entry_of<sub_op>, {{"a", rnd({2, 1, 3}, 48)}, {"b", rnd({4, 1}, 49)}});
+       }},
+      {"div",  // denominators away from 0
+       [] {
+         auto a = input<"a", shape<fix<2>, fix<1>, fix<3>>>();
+         auto b = input<"b", shape<fix<4>, fix<1>>>();
+         return run_case(make_graph(a / b), entry_of<div_op>,
+                         {{"a", rnd({2, 1, 3}, 50)}, {"b", test::random_tensor<double>({4, 1}, 51, 0.5, 2)}});
+       }},
+      {"maximum",  // no ties (finite differences across a kink would be meaningless)
+       [] {
+         auto a = input<"a", shape<fix<2>, fix<1>, fix<3>>>();
+         auto b = input<"b", shape<fix<4>, fix<1>>>();
+         return run_case(make_graph(maximum(a, b)), entry_of<maximum_op>, {{"a", rnd({2, 1, 3}, 52)}, {"b", rnd({4, 1}, 53)}});
+       }},
+      {"minimum",
+       [] {
+         auto a = input<"a", shape<fix<2>, fix<1>, fix<3>>>();
+         auto b = input<"b", shape<fix<4>, fix<1>>>();
+         return run_case(make_graph(minimum(a, b)), entry_of<minimum_op>, {{"a", rnd({2, 1, 3}, 54)}, {"b", rnd({4, 1}, 55)}});
+       }},
+      {"where",  // cond [3, 1], a [2, 3, 4], b [4]: all three broadcast
+       [] {
+         auto c = input<"c", shape<fix<3>, fix<1>>, bool>();
+         auto a = input<"a", shape<fix<2>, fix<3>, fix<4>>>();
+         auto b = input<"b", shape<fix<4>>>();
+         return run_case(make_graph(where(c, a, b)), entry_of<where_op>,
+                         {{"c", tensor<std::uint8_t>({3, 1}, {1, 0, 1})}, {"a", rnd({2, 3, 4}, 56)}, {"b", rnd({4}, 57)}});
+       }},
+      // reductions over one axis (reduction.hpp)
+      {"reduce_sum",
+       [] {
+         auto x = input<"x", shape<fix<2>, fix<3>, fix<4>>>();
+         return run_case(make_graph(reduce_sum<1>(x)), entry_of<reduce_sum_def>, {{"x", rnd({2, 3, 4}, 58)}});
+       }},
+      {"mean",
+       [] {
+         auto x = input<"x", shape<fix<2>, fix<3>, fix<4>>>();
+         return run_case(make_graph(mean<-1, true>(x)), entry_of<mean_def>, {{"x", rnd({2, 3, 4}, 59)}});
+       }},
+      {"amax",  // no ties
+       [] {
+         auto x = input<"x", shape<fix<3>, fix<4>>>();
+         return run_case(make_graph(amax<0>(x)), entry_of<amax_def>, {{"x", rnd({3, 4}, 60)}});
+       }},
       {"cross_entropy",
        [] {
          auto x = input<"x", shape<fix<3>, fix<5>>>();

@@ -11,6 +11,9 @@
 //                traits say writes_fresh and a.fresh(i), it must store (=) instead: the buffer
 //                holds garbage (with_fresh/put below write both forms from one loop).
 //   check(a)     optional, at binding: throws loom::shape_error for run-time shape mistakes.
+// One node may be several inputs of the same op (mul(x, x)): then grad(0) and grad(1) are the
+// same buffer, and only the first position is fresh — handle the inputs in order, each one's
+// contribution complete before the next one's starts.
 // Kernels may run in parallel with other nodes' kernels and split their own work with
 // for_chunks (core/parallel.hpp), whose chunks do not depend on the thread count, so results
 // are bit-identical for any number of threads. A kernel throws only loom exceptions.

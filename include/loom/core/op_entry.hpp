@@ -58,8 +58,10 @@ constexpr input_set reads(std::initializer_list<int> inputs) {
 }
 
 /// The facts about an op that the executor and the planners read instead of testing which op a
-/// node is. Every field defaults to the conservative choice (no view, no in place, backward
-/// reads nothing, accumulates into zeroed gradients).
+/// node is. The optimisations default to off (no view, no in place, backward accumulates into
+/// zeroed gradients). backward_reads defaults to *nothing*: declare every value your backward
+/// reads, or the memory planner may give its buffer to another value before backward runs
+/// (the library's op table test overwrites undeclared values with NaN to catch exactly this).
 struct op_traits {
   /// The value is input 0's buffer under another shape: nothing is copied, and the gradient
   /// shares input 0's gradient buffer when the node is input 0's only consumer.
@@ -142,9 +144,20 @@ constexpr std::uint64_t op_id(std::string_view name) {
 }
 
 namespace detail {
+// A kernel is a static member template (forward<T>) or one overload per scalar type.
+template <class D, class T>
+constexpr kernel_fn<T> forward_of() {
+  if constexpr (requires { &D::template forward<T>; }) return &D::template forward<T>;
+  else return static_cast<kernel_fn<T>>(&D::forward);
+}
+template <class D, class T>
+constexpr kernel_fn<T> backward_of() {
+  if constexpr (requires { &D::template backward<T>; }) return &D::template backward<T>;
+  else return static_cast<kernel_fn<T>>(&D::backward);
+}
 template <class D, class T>
 constexpr op_kernels<T> kernels_from() {
-  op_kernels<T> k{&D::template forward<T>, &D::template backward<T>, nullptr};
+  op_kernels<T> k{forward_of<D, T>(), backward_of<D, T>(), nullptr};
   if constexpr (requires { &D::template check<T>; }) k.check = &D::template check<T>;
   return k;
 }
@@ -152,7 +165,8 @@ constexpr op_kernels<T> kernels_from() {
 template <class D>
 constexpr op_entry make_entry() {
   static_assert(requires { std::string_view(D::name); }, "an op declares its name: static constexpr std::string_view name");
-  static_assert(requires { &D::template forward<float>; &D::template backward<double>; },
+  static_assert(requires { static_cast<kernel_fn<float>>(&D::forward); static_cast<kernel_fn<double>>(&D::backward); } ||
+                    requires { &D::template forward<float>; &D::template backward<double>; },
                 "an op declares template <class T> static void forward(const op_args<T>&) and backward(...)");
   op_entry e{};
   if constexpr (requires { D::traits; }) static_cast<op_traits&>(e) = D::traits;
@@ -196,6 +210,13 @@ template <class D>
 struct op_def {
   using def = D;
   static_assert(&detail::registration_of<D> == &detail::registration_of<D>);  // odr-use: registers D
+};
+
+/// The shape rule of an op whose output has its first input's shape:
+/// `template <class S> using rule = same_shape<S>;` in the op's declaration.
+template <class S, class...>
+struct same_shape {
+  using type = S;
 };
 
 /// The entry of an op type: an op_def's (or that of the definition an attributed op derives from).

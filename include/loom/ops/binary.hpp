@@ -1,0 +1,124 @@
+// Binary elementwise math with NumPy's broadcasting (core/broadcast.hpp), as add and mul. Each
+// operand's gradient is summed over the axes it broadcasts along (in row-major order).
+//
+//   sub(a, b)     = a − b        da = dy                    db = −dy
+//   div(a, b)     = a / b        da = dy / b                db = −dy · a / b²
+//   maximum(a, b) = max(a, b)    da = dy · [a > b]          db = dy · [b > a]
+//   minimum(a, b) = min(a, b)    da = dy · [a < b]          db = dy · [b < a]
+//
+// maximum and minimum give each operand half of dy where a = b (PyTorch's rule), and NaN where
+// either operand is NaN (as torch.maximum).
+#pragma once
+
+#include "loom/core/broadcast.hpp"
+#include "loom/core/node.hpp"
+
+namespace loom {
+
+struct sub_op : op_def<sub_op> {
+  static constexpr std::string_view name = "sub";
+  static constexpr op_traits traits{
+      .writes_fresh = true,
+      .can_run_in_place = true,
+      .backward_in_place = true,
+  };
+  template <class T>
+  static void forward(const op_args<T>& a);  // ops/binary.cpp
+  template <class T>
+  static void backward(const op_args<T>& a);
+  template <class A, class B>
+  struct rule {
+    static_assert(shapes_broadcast<A, B>,
+                  "sub: the operands' shapes do not broadcast (aligned at the last axis, each pair of dims must "
+                  "be equal or one of them 1)");
+    using type = broadcast_shape<A, B>;
+  };
+};
+
+struct div_op : op_def<div_op> {
+  static constexpr std::string_view name = "div";
+  static constexpr op_traits traits{
+      .writes_fresh = true,
+      .can_run_in_place = true,
+      .backward_reads = reads({0, 1}),
+  };
+  template <class T>
+  static void forward(const op_args<T>& a);  // ops/binary.cpp
+  template <class T>
+  static void backward(const op_args<T>& a);
+  template <class A, class B>
+  struct rule {
+    static_assert(shapes_broadcast<A, B>,
+                  "div: the operands' shapes do not broadcast (aligned at the last axis, each pair of dims must "
+                  "be equal or one of them 1)");
+    using type = broadcast_shape<A, B>;
+  };
+};
+
+struct maximum_op : op_def<maximum_op> {
+  static constexpr std::string_view name = "maximum";
+  static constexpr op_traits traits{
+      .writes_fresh = true,
+      .can_run_in_place = true,
+      .backward_reads = reads({0, 1}),
+  };
+  template <class T>
+  static void forward(const op_args<T>& a);  // ops/binary.cpp
+  template <class T>
+  static void backward(const op_args<T>& a);
+  template <class A, class B>
+  struct rule {
+    static_assert(shapes_broadcast<A, B>,
+                  "maximum: the operands' shapes do not broadcast (aligned at the last axis, each pair of dims must "
+                  "be equal or one of them 1)");
+    using type = broadcast_shape<A, B>;
+  };
+};
+
+struct minimum_op : op_def<minimum_op> {
+  static constexpr std::string_view name = "minimum";
+  static constexpr op_traits traits = maximum_op::traits;
+  template <class T>
+  static void forward(const op_args<T>& a);  // ops/binary.cpp
+  template <class T>
+  static void backward(const op_args<T>& a);
+  template <class A, class B>
+  struct rule {
+    static_assert(shapes_broadcast<A, B>,
+                  "minimum: the operands' shapes do not broadcast (aligned at the last axis, each pair of dims must "
+                  "be equal or one of them 1)");
+    using type = broadcast_shape<A, B>;
+  };
+};
+
+/// a − b elementwise, the two broadcast together (NumPy's rule); also `a - b` for nodes.
+/// Shapes that do not broadcast do not compile.
+inline constexpr op_fn<sub_op> sub{};
+
+/// a / b elementwise, broadcast (NumPy's rule); also `a / b` for nodes. Division by 0 gives
+/// ±∞ or NaN (IEEE), as PyTorch. After `using namespace loom`, <cstdlib>'s div is ambiguous
+/// with this one: write loom::div or a / b.
+inline constexpr op_fn<div_op> div{};
+
+/// max(a, b) elementwise, broadcast (torch.maximum): a tie gives each operand half the
+/// gradient; NaN in either operand gives NaN.
+inline constexpr op_fn<maximum_op> maximum{};
+
+/// min(a, b) elementwise, broadcast (torch.minimum): ties and NaN as maximum.
+inline constexpr op_fn<minimum_op> minimum{};
+
+/// a − b for nodes (sub).
+template <class A, class B>
+  requires(is_node<A> && is_node<B>)
+constexpr auto operator-(A a, B b) {
+  return sub(a, b);
+}
+
+/// a / b for nodes (div).
+template <class A, class B>
+  requires(is_node<A> && is_node<B>)
+constexpr auto operator/(A a, B b) {
+  return div(a, b);
+}
+
+}  // namespace loom
