@@ -1,5 +1,5 @@
 // expect: concat: operands must have the same rank and the same dims except along the axis
-// max-bytes: 6000
+// max-bytes: 4096
 #include "loom/loom.hpp"
 using namespace loom;
 auto bad() {

@@ -1,5 +1,5 @@
 // expect: matmul: inner dims differ.*inner_dims_match<loom::fix<64>, loom::fix<32> >.+evaluates to false
-// max-bytes: 8000
+// max-bytes: 4096
 // A shape error at the end of a six-layer attention stack: the message stays a few kilobytes
 // because every layer's output is a block (its type names its input once).
 #include "loom/loom.hpp"

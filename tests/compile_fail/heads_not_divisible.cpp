@@ -1,5 +1,5 @@
 // expect: multi-head attention: the model dim must be divisible by the number of heads
-// max-bytes: 6000
+// max-bytes: 4096
 #include "loom/loom.hpp"
 #include "loom/nn/attention.hpp"
 using namespace loom;

@@ -1,5 +1,5 @@
 // expect: layer_norm: gamma must be a vector \[D\] of x's last dim
-// max-bytes: 6000
+// max-bytes: 4096
 #include "loom/loom.hpp"
 using namespace loom;
 auto bad() {

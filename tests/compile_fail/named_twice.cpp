@@ -1,5 +1,5 @@
 // expect: make_graph: two different nodes have the same name
-// max-bytes: 6000
+// max-bytes: 4096
 #include "loom/loom.hpp"
 using namespace loom;
 auto bad() {

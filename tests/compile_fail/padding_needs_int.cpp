@@ -1,5 +1,5 @@
 // expect: mask_padding: valid_len must be an int input
-// max-bytes: 6000
+// max-bytes: 4096
 #include "loom/loom.hpp"
 using namespace loom;
 auto bad() {

@@ -1,5 +1,5 @@
 // expect: reshape: the new shape has a different number of elements
-// max-bytes: 6000
+// max-bytes: 4096
 #include "loom/loom.hpp"
 using namespace loom;
 auto bad() {

@@ -54,6 +54,25 @@ struct mha_options {
   double dropout = 0;  // on the attention weights, in training (needs nn::dropout_seed)
 };
 
+/// The checks of attention(), each a named condition so that a failed one prints the dims it
+/// compared: "heads_divide<loom::fix<6>, loom::fix<4> > evaluates to false".
+/// enable_gqa: q's heads Hq a multiple of k's Hkv.
+template <class QHeads, class KvHeads>
+inline constexpr bool heads_divide = KvHeads::value > 0 && QHeads::value % KvHeads::value == 0;
+/// enable_gqa: k and v have the same heads Hkv.
+template <class KHeads, class VHeads>
+inline constexpr bool kv_heads_match = std::is_same_v<KHeads, VHeads>;
+/// q [.., T, d] and k [.., S, d] have the same head dim d.
+template <class QDim, class KDim>
+inline constexpr bool head_dims_match = std::is_same_v<QDim, KDim>;
+/// k [.., S, d] and v [.., S, dv] have the same number of keys S.
+template <class KKeys, class VKeys>
+inline constexpr bool key_counts_match = std::is_same_v<KKeys, VKeys>;
+/// The leading dims of q, k and v (with enable_gqa: those before the heads) broadcast together.
+template <class QLead, class KLead, class VLead>
+inline constexpr bool qkv_leads_broadcast =
+    shapes_broadcast<QLead, KLead> && shapes_broadcast<broadcast_shape<QLead, KLead>, VLead>;
+
 namespace detail {
 
 /// The shapes of grouped-query attention: q [.., Hq, T, d] viewed as [.., Hkv, G, T, d], k and v
@@ -61,12 +80,11 @@ namespace detail {
 /// head over its G = Hq / Hkv query heads (no copy); the scores merge back to [.., Hq, T, S].
 template <class QS, class KS>
 struct gqa_shapes {
-  static constexpr bool ranks_ok = QS::rank >= 3 && KS::rank >= 3 && QS::rank < max_rank;
+  static constexpr bool ranks_ok = QS::rank >= 3 && KS::rank >= 3 && QS::rank < max_rank && KS::rank < max_rank;
   using q_heads = dim_at<QS, ranks_ok ? -3 : -1>;
   using kv_heads = dim_at<KS, ranks_ok ? -3 : -1>;
   static constexpr bool fixed = is_fixed_dim<q_heads> && is_fixed_dim<kv_heads>;
   static constexpr long hq = fixed ? q_heads::value : 1, hkv = fixed && kv_heads::value > 0 ? kv_heads::value : 1;
-  static constexpr bool divides = fixed && hq % hkv == 0;
   static constexpr long groups = hq / hkv;
   using pre_q = shape_head<QS, ranks_ok ? QS::rank - 3 : 0>;
   using pre_k = shape_head<KS, ranks_ok ? KS::rank - 3 : 0>;
@@ -81,18 +99,57 @@ struct gqa_shapes {
                         shape<fix<hq>, dim_at<QS, -2>, dim_at<VS, -1>>>;
 };
 
-/// Whether q, k really are grouped (enable_gqa and different head counts), checked.
+/// S's dim I (negative: from the end), or 1 when S has no such axis.
+template <class S, int I, bool Has = (S::rank >= -I)>
+struct dim_or_one_impl {
+  using type = fix<1>;
+};
+template <class S, int I>
+struct dim_or_one_impl<S, I, true> {
+  using type = dim_at<S, I>;
+};
+template <class S, int I>
+using dim_or_one = typename dim_or_one_impl<S, I>::type;
+/// S without its last N axes (none when it has fewer).
+template <class S, int N>
+using lead_of = shape_head<S, (S::rank > N ? S::rank - N : 0)>;
+
+/// The dims that attention<O>(q, k, v, masks...) checks, for q, k and v of any shapes QS, KS, VS
+/// (a missing axis reads as 1, so that nothing fails here before its own check): the heads (1
+/// without enable_gqa), the leading dims before [heads,] T, d and the scores' shape.
+template <attention_options O, class QS, class KS, class VS>
+struct attention_dims {
+  static constexpr int split = O.enable_gqa ? 3 : 2;  // q [lead.., (Hq,) T, d]
+  static constexpr bool ranks_ok =
+      QS::rank >= split && KS::rank >= split && VS::rank >= split &&
+      (!O.enable_gqa || (QS::rank < max_rank && KS::rank < max_rank && VS::rank < max_rank));
+  using q_heads = std::conditional_t<O.enable_gqa, dim_or_one<QS, -3>, fix<1>>;
+  using k_heads = std::conditional_t<O.enable_gqa, dim_or_one<KS, -3>, fix<1>>;
+  using v_heads = std::conditional_t<O.enable_gqa, dim_or_one<VS, -3>, fix<1>>;
+  static constexpr bool heads_fixed = is_fixed_dim<q_heads> && is_fixed_dim<k_heads>;
+  using q_lead = lead_of<QS, split>;
+  using k_lead = lead_of<KS, split>;
+  using v_lead = lead_of<VS, split>;
+  using scores = shape_cat<broadcast_shape<q_lead, k_lead>,
+                           std::conditional_t<O.enable_gqa, shape<q_heads, dim_or_one<QS, -2>, dim_or_one<KS, -2>>,
+                                              shape<dim_or_one<QS, -2>, dim_or_one<KS, -2>>>>;
+};
+
+/// What attention() returns after a failed check (which has said what is wrong): a node of q's
+/// shape with the last dim Last, so that the code after it compiles without further errors.
+template <class QS, class Last>
+using failed_attention = input_node<"attention: failed check", shape_cat<lead_of<QS, 1>, shape<Last>>>;
+
+/// Stands for the values in attention_weights(): attention() without them returns the weights.
+struct no_values {
+  using shape = loom::shape<>;
+};
+
+/// Whether q, k really are grouped (enable_gqa and different head counts); after attention()'s checks.
 template <attention_options O, class Q, class K>
 constexpr bool grouped() {
-  if constexpr (!O.enable_gqa) {
-    return false;
-  } else {
-    using g = gqa_shapes<typename Q::shape, typename K::shape>;
-    static_assert(g::ranks_ok, "attention: enable_gqa needs q [.., Hq, T, d] and k, v [.., Hkv, S, d] (at most 5 axes)");
-    static_assert(g::fixed, "attention: with enable_gqa the head dims Hq and Hkv must be fixed");
-    static_assert(g::divides, "attention: with enable_gqa, q's heads Hq must be a multiple of k's and v's Hkv");
-    return g::ranks_ok && g::fixed && g::divides && g::hq != g::hkv;
-  }
+  if constexpr (!O.enable_gqa) return false;
+  else return dim_at<typename Q::shape, -3>::value != dim_at<typename K::shape, -3>::value;
 }
 
 /// The scores q kᵀ [.., Hq, T, S].
@@ -131,38 +188,99 @@ constexpr auto causal_if(S s) {
   else return s;
 }
 
-}  // namespace detail
-
-/// The attention weights softmax(masks(scale · q kᵀ)) [.., Hq, T, S] of attention<O>(q, k, v,
-/// masks...) (before dropout): the same nodes, so executor::value() reads them.
-template <attention_options O = attention_options{}, class Q, class K, class... M>
-constexpr auto attention_weights(Q q, K k, M... masks) {
-  auto scores = detail::scaled<detail::scale_factor<O, Q>()>(detail::raw_scores<O>(q, k));  // [.., Hq, T, S]
-  return softmax(detail::apply_masks(detail::causal_if<O.is_causal>(scores), masks...));
+/// attention_weights() once its checks have passed.
+template <attention_options O, class Q, class K, class... M>
+constexpr auto weights(Q q, K k, M... masks) {
+  auto scores = scaled<scale_factor<O, Q>()>(raw_scores<O>(q, k));  // [.., Hq, T, S]
+  return softmax(apply_masks(causal_if<O.is_causal>(scores), masks...));
 }
 
-/// Scaled dot-product attention, PyTorch's F.scaled_dot_product_attention:
-/// softmax(masks(scale · q kᵀ)) v, q [.., Hq, T, d], k [.., Hkv, S, d], v [.., Hkv, S, dv] ->
-/// [.., Hq, T, dv] (see the top of this file for the options and masks). Dropout on the weights
-/// (O.dropout > 0) needs nn::dropout_seed(seed) among the masks and is active in training.
-template <attention_options O = attention_options{}, class Q, class K, class V, class... M>
-constexpr auto attention(Q q, K k, V v, M... masks) {
-  using seed = typename detail::seed_of<M...>::type;
-  static_assert(O.dropout == 0 || !std::is_same_v<seed, detail::no_seed>,
-                "attention: dropout on the weights needs nn::dropout_seed(seed) among the masks");
-  static_assert(O.dropout >= 0 && O.dropout < 1, "attention: dropout must be in [0, 1)");
-  auto w = attention_weights<O>(q, k, masks...);
+/// attention() once its checks have passed.
+template <attention_options O, class Q, class K, class V, class... M>
+constexpr auto attend(Q q, K k, V v, M... masks) {
+  using seed = typename seed_of<M...>::type;
+  auto w = weights<O>(q, k, masks...);
   auto dropped = [&] {
-    if constexpr (O.dropout > 0 && !std::is_same_v<seed, detail::no_seed>) return dropout<O.dropout>(w, seed{});
+    if constexpr (O.dropout > 0 && !std::is_same_v<seed, no_seed>) return dropout<O.dropout>(w, seed{});
     else return w;
   }();
-  if constexpr (detail::grouped<O, Q, K>()) {
-    using g = detail::gqa_shapes<typename Q::shape, typename K::shape>;
+  if constexpr (grouped<O, Q, K>()) {
+    using g = gqa_shapes<typename Q::shape, typename K::shape>;
     auto o = matmul(reshape<typename g::weights5>(dropped), reshape<typename g::template kv5<typename V::shape>>(v));
     return reshape<typename g::template out<typename V::shape>>(o);  // [.., Hq, T, dv]
   } else {
     return matmul(dropped, v);
   }
+}
+
+}  // namespace detail
+
+/// Scaled dot-product attention, PyTorch's F.scaled_dot_product_attention:
+/// softmax(masks(scale · q kᵀ)) v, q [.., Hq, T, d], k [.., Hkv, S, d], v [.., Hkv, S, dv] ->
+/// [.., Hq, T, dv] (see the top of this file for the options and masks). Dropout on the weights
+/// (O.dropout > 0) needs nn::dropout_seed(seed) among the masks and is active in training.
+/// Shapes that do not fit are one static_assert naming the dims (checked here, before anything
+/// is built, so that no second error follows: see "Mask checks before the layer" in
+/// docs/design-notes.md).
+template <attention_options O = attention_options{}, class Q, class K, class V, class... M>
+constexpr auto attention(Q q, K k, V v, M... masks) {
+  constexpr bool weights_only = std::is_same_v<V, detail::no_values>;  // from attention_weights()
+  using QS = typename Q::shape;
+  using KS = typename K::shape;
+  using VS = std::conditional_t<weights_only, KS, typename V::shape>;
+  using c = detail::attention_dims<O, QS, KS, VS>;
+  using failed = detail::failed_attention<QS, detail::dim_or_one<VS, weights_only ? -2 : -1>>;
+  using seed = typename detail::seed_of<M...>::type;
+  constexpr bool seeded = O.dropout == 0 || weights_only || !std::is_same_v<seed, detail::no_seed>;
+  if constexpr (!seeded) {
+    static_assert(seeded, "attention: dropout on the weights needs nn::dropout_seed(seed) among the masks");
+    return failed{};
+  } else if constexpr (!(O.dropout >= 0 && O.dropout < 1)) {
+    static_assert(O.dropout >= 0 && O.dropout < 1, "attention: dropout must be in [0, 1)");
+    return failed{};
+  } else if constexpr (!c::ranks_ok) {
+    static_assert(c::ranks_ok, "attention: q [.., T, d], k [.., S, d] and v [.., S, dv] need at least two axes; "
+                               "with enable_gqa, three ([.., H, T, d]) and at most five");
+    return failed{};
+  } else if constexpr (!c::heads_fixed) {
+    static_assert(c::heads_fixed, "attention: with enable_gqa the head dims Hq and Hkv must be fixed");
+    return failed{};
+  } else if constexpr (!heads_divide<typename c::q_heads, typename c::k_heads>) {
+    static_assert(heads_divide<typename c::q_heads, typename c::k_heads>,
+                  "attention: with enable_gqa, q's heads Hq must be a multiple of k's and v's Hkv (Hq, Hkv named "
+                  "below)");
+    return failed{};
+  } else if constexpr (!kv_heads_match<typename c::k_heads, typename c::v_heads>) {
+    static_assert(kv_heads_match<typename c::k_heads, typename c::v_heads>,
+                  "attention: with enable_gqa, k and v must have the same heads Hkv (both named below)");
+    return failed{};
+  } else if constexpr (!head_dims_match<dim_at<QS, -1>, dim_at<KS, -1>>) {
+    static_assert(head_dims_match<dim_at<QS, -1>, dim_at<KS, -1>>,
+                  "attention: q [.., T, d] and k [.., S, d] must have the same head dim d (both named below)");
+    return failed{};
+  } else if constexpr (!key_counts_match<dim_at<KS, -2>, dim_at<VS, -2>>) {
+    static_assert(key_counts_match<dim_at<KS, -2>, dim_at<VS, -2>>,
+                  "attention: k [.., S, d] and v [.., S, dv] must have the same number of keys S (both named below)");
+    return failed{};
+  } else if constexpr (!qkv_leads_broadcast<typename c::q_lead, typename c::k_lead, typename c::v_lead>) {
+    static_assert(qkv_leads_broadcast<typename c::q_lead, typename c::k_lead, typename c::v_lead>,
+                  "attention: the leading dims of q, k and v do not broadcast (named below; without enable_gqa "
+                  "they include the heads, which must then be equal)");
+    return failed{};
+  } else if constexpr (!detail::masks_fit<typename c::scores, M...>()) {
+    return failed{};  // the mask's check has said what is wrong
+  } else if constexpr (weights_only) {
+    return detail::weights<O>(q, k, masks...);
+  } else {
+    return detail::attend<O>(q, k, v, masks...);
+  }
+}
+
+/// The attention weights softmax(masks(scale · q kᵀ)) [.., Hq, T, S] of attention<O>(q, k, v,
+/// masks...) (before dropout): the same nodes, so executor::value() reads them.
+template <attention_options O = attention_options{}, class Q, class K, class... M>
+constexpr auto attention_weights(Q q, K k, M... masks) {
+  return attention<O>(q, k, detail::no_values{}, masks...);
 }
 
 /// The names a decoding layer's state goes by, made here only (at compile time; at run time
@@ -179,6 +297,13 @@ inline constexpr auto memory_k_name = Layer + ".memory_k";
 template <fixed_string Layer>
 inline constexpr auto memory_v_name = Layer + ".memory_v";
 
+/// Multi-head attention: the heads H split the model dim D (D a multiple of H).
+template <class ModelDim, class Heads>
+inline constexpr bool heads_split_model_dim = Heads::value > 0 && ModelDim::value % Heads::value == 0;
+/// Cross-attention: the memory's model dim equals the queries'.
+template <class XDim, class MemoryDim>
+inline constexpr bool model_dims_match = std::is_same_v<XDim, MemoryDim>;
+
 namespace detail {
 
 /// Checks (with readable static_asserts) that x is [B, T, D] with D divisible by H.
@@ -189,12 +314,23 @@ constexpr bool heads_fit() {
   if constexpr (S::rank == 3) {
     static_assert(is_fixed_dim<dim_at<S, 2>>, "multi-head attention: the model dim D must be fixed");
     if constexpr (is_fixed_dim<dim_at<S, 2>>) {
-      static_assert(dim_at<S, 2>::value % H == 0,
-                    "multi-head attention: the model dim must be divisible by the number of heads");
-      return dim_at<S, 2>::value % H == 0;
+      static_assert(heads_split_model_dim<dim_at<S, 2>, fix<H>>,
+                    "multi-head attention: the model dim must be divisible by the number of heads (D, H named below)");
+      return heads_split_model_dim<dim_at<S, 2>, fix<H>>;
     }
   }
   return false;
+}
+
+/// Checks that cross-attention's memory [B, S, D] has the model dim D of its queries x [B, T, D].
+template <class X, class Mem>
+constexpr bool memory_fits() {
+  using x_dim = dim_at<typename X::shape, -1>;
+  using memory_dim = dim_at<typename Mem::shape, -1>;
+  static_assert(model_dims_match<x_dim, memory_dim>,
+                "cross-attention: memory [B, S, D] must have the model dim D of the queries x [B, T, D] (x's and "
+                "the memory's named below)");
+  return model_dims_match<x_dim, memory_dim>;
 }
 
 /// The scores' shape [B, H, T, S] of a multi-head layer over x [B, T, D] with S keys.
@@ -320,8 +456,6 @@ template <fixed_string Prefix, int H, mha_options O, class... M>
 struct cross_attention_fn {
   template <class X, class Mem>
   constexpr auto operator()(X x, Mem mem) const {
-    static_assert(dim_at<typename Mem::shape, -1>::value == dim_at<typename X::shape, -1>::value,
-                  "cross-attention: memory must have the model dim of the queries");
     auto [kh, vh] = cross_kv_heads<Prefix, H, O.bias>(mem);
     return heads_attention<Prefix, O>(split_heads<H>(cross_q<Prefix, O.bias>(x)), kh, vh, M{}...);
   }
@@ -346,10 +480,10 @@ struct cross_attention_cached_fn {
 /// short message naming both shapes.
 template <fixed_string Prefix, int H, mha_options O = mha_options{}, class X, class... M>
 constexpr auto self_attention(X x, M...) {
-  if constexpr (detail::heads_fit<X, H>() &&
-                detail::masks_fit<detail::scores_shape<X, H, dim_at<typename X::shape, 1>>, M...>())
-    return block<detail::self_attention_fn<Prefix, H, O, M...>, X>{};
-  else return x;  // a static_assert above has said what is wrong
+  // Each check runs only when the ones before it passed: a failed one has said what is wrong.
+  if constexpr (!detail::heads_fit<X, H>()) return x;
+  else if constexpr (!detail::masks_fit<detail::scores_shape<X, H, dim_at<typename X::shape, 1>>, M...>()) return x;
+  else return block<detail::self_attention_fn<Prefix, H, O, M...>, X>{};
 }
 
 /// Multi-head self-attention over the new positions x [B, T, D] when decoding with a KV
@@ -359,10 +493,11 @@ constexpr auto self_attention(X x, M...) {
 /// prompt), chunked prefill and one-token decode (T = 1) are all this one graph.
 template <fixed_string Prefix, int H, mha_options O = mha_options{}, class X, class... M>
 constexpr auto self_attention_cached(X x, M...) {
-  using keys = add_dims_t<dyn<"P">, dim_at<typename X::shape, 1>>;
-  if constexpr (detail::heads_fit<X, H>() && detail::masks_fit<detail::scores_shape<X, H, keys>, M...>())
-    return block<detail::self_attention_cached_fn<Prefix, H, O, M...>, X>{};
-  else return x;
+  if constexpr (!detail::heads_fit<X, H>()) return x;
+  else if constexpr (!detail::masks_fit<detail::scores_shape<X, H, add_dims_t<dyn<"P">, dim_at<typename X::shape, 1>>>,
+                                        M...>())
+    return x;
+  else return block<detail::self_attention_cached_fn<Prefix, H, O, M...>, X>{};
 }
 
 /// The updated keys and values [B, H, P + T, d_k] of self_attention_cached<Prefix, H>(x):
@@ -380,10 +515,11 @@ constexpr auto cached_keys_values(X x) {
 /// [B, S, D] -> [B, T, D]. Masks apply to the scores [B, H, T, S].
 template <fixed_string Prefix, int H, mha_options O = mha_options{}, class X, class Mem, class... M>
 constexpr auto cross_attention(X x, Mem, M...) {
-  if constexpr (detail::heads_fit<X, H>() && detail::heads_fit<Mem, H>() &&
-                detail::masks_fit<detail::scores_shape<X, H, dim_at<typename Mem::shape, 1>>, M...>())
-    return block<detail::cross_attention_fn<Prefix, H, O, M...>, X, Mem>{};
-  else return x;
+  if constexpr (!detail::heads_fit<X, H>()) return x;
+  else if constexpr (!detail::memory_fits<X, Mem>()) return x;
+  else if constexpr (!detail::heads_fit<Mem, H>()) return x;
+  else if constexpr (!detail::masks_fit<detail::scores_shape<X, H, dim_at<typename Mem::shape, 1>>, M...>()) return x;
+  else return block<detail::cross_attention_fn<Prefix, H, O, M...>, X, Mem>{};
 }
 
 /// Cross-attention when decoding: keys and values of the encoder memory were projected once
@@ -391,9 +527,9 @@ constexpr auto cross_attention(X x, Mem, M...) {
 /// `Prefix.memory_v` [B, H, S, d_k].
 template <fixed_string Prefix, int H, mha_options O = mha_options{}, class X, class... M>
 constexpr auto cross_attention_cached(X x, M...) {
-  if constexpr (detail::heads_fit<X, H>() && detail::masks_fit<detail::scores_shape<X, H, dyn<"S">>, M...>())
-    return block<detail::cross_attention_cached_fn<Prefix, H, O, M...>, X>{};
-  else return x;
+  if constexpr (!detail::heads_fit<X, H>()) return x;
+  else if constexpr (!detail::masks_fit<detail::scores_shape<X, H, dyn<"S">>, M...>()) return x;
+  else return block<detail::cross_attention_cached_fn<Prefix, H, O, M...>, X>{};
 }
 
 /// The projected memory of cross_attention<Prefix, H>: keys and values [B, H, S, d_k] of

@@ -58,8 +58,21 @@ namespace detail {
 
 template <class X>
 constexpr long model_dim_of() {
-  static_assert(is_fixed_dim<dim_at<typename X::shape, -1>>, "nn::feed_forward: the model (last) dim must be fixed");
   return dim_at<typename X::shape, -1>::value;
+}
+
+/// Checks feed_forward's activation and input before its block is built, so that a mistake is
+/// one static_assert (the caller builds nothing after a failed check).
+template <class Act, class X>
+constexpr bool feed_forward_fits() {
+  if constexpr (!(std::is_same_v<Act, relu_t> || std::is_same_v<Act, gelu_t>)) {
+    static_assert(std::is_same_v<Act, relu_t> || std::is_same_v<Act, gelu_t>,
+                  "nn::feed_forward: Act must be nn::relu_t or nn::gelu_t");
+    return false;
+  } else {
+    static_assert(is_fixed_dim<dim_at<typename X::shape, -1>>, "nn::feed_forward: the model (last) dim must be fixed");
+    return is_fixed_dim<dim_at<typename X::shape, -1>>;
+  }
 }
 
 template <fixed_string Prefix, long FF, class Act>
@@ -84,19 +97,18 @@ struct feed_forward_dropout_fn {
 
 /// Position-wise feed-forward: linear2(act(linear1(x))), x [.., D] -> [.., D], hidden width FF.
 template <fixed_string Prefix, long FF, class Act = relu_t, class X>
-constexpr auto feed_forward(X) {
-  static_assert(std::is_same_v<Act, relu_t> || std::is_same_v<Act, gelu_t>,
-                "nn::feed_forward: Act must be nn::relu_t or nn::gelu_t");
-  return block<detail::feed_forward_fn<Prefix, FF, Act>, X>{};
+constexpr auto feed_forward(X x) {
+  if constexpr (detail::feed_forward_fits<Act, X>()) return block<detail::feed_forward_fn<Prefix, FF, Act>, X>{};
+  else return x;  // the check has said what is wrong
 }
 
 /// linear2(dropout<P>(act(linear1(x)), seed)), as nn.TransformerEncoderLayer's feed-forward;
 /// seed is an int node [2] (see dropout). Dropout is active only in training.
 template <fixed_string Prefix, long FF, class Act, double P, class X, class Seed>
-constexpr auto feed_forward(X, Seed) {
-  static_assert(std::is_same_v<Act, relu_t> || std::is_same_v<Act, gelu_t>,
-                "nn::feed_forward: Act must be nn::relu_t or nn::gelu_t");
-  return block<detail::feed_forward_dropout_fn<Prefix, FF, Act, P>, X, Seed>{};
+constexpr auto feed_forward(X x, Seed) {
+  if constexpr (detail::feed_forward_fits<Act, X>())
+    return block<detail::feed_forward_dropout_fn<Prefix, FF, Act, P>, X, Seed>{};
+  else return x;  // the check has said what is wrong
 }
 
 }  // namespace loom::nn

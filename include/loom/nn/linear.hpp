@@ -11,13 +11,18 @@ namespace loom::nn {
 /// [Out, In] and `Prefix.bias` [Out], initialised like nn.Linear.
 template <fixed_string Prefix, long Out, bool Bias = true, class X>
 constexpr auto linear(X x) {
-  constexpr long in = dim_at<typename X::shape, -1>::value;
-  auto w = param<Prefix + ".weight", shape<fix<Out>, fix<in>>, init<init_kind::linear_weight>>();
-  if constexpr (Bias) {
-    auto b = param<Prefix + ".bias", shape<fix<Out>>, init<init_kind::linear_bias, in>>();
-    return add(matmul<false, true>(x, w), b);
+  using in_dim = dim_at<typename X::shape, -1>;
+  static_assert(is_fixed_dim<in_dim>, "nn::linear: the input's last dim In must be fixed (named below)");
+  if constexpr (!is_fixed_dim<in_dim>) {
+    return x;  // said above; nothing more is built
   } else {
-    return matmul<false, true>(x, w);
+    auto w = param<Prefix + ".weight", shape<fix<Out>, in_dim>, init<init_kind::linear_weight>>();
+    if constexpr (Bias) {
+      auto b = param<Prefix + ".bias", shape<fix<Out>>, init<init_kind::linear_bias, in_dim::value>>();
+      return add(matmul<false, true>(x, w), b);
+    } else {
+      return matmul<false, true>(x, w);
+    }
   }
 }
 
