@@ -100,6 +100,7 @@ def main():
     generate = os.path.join(args.bin, "generate")
     attention = os.path.join(args.bin, "attention_example")
     charlm = os.path.join(args.bin, "charlm")
+    custom_op = os.path.join(args.bin, "custom_op")
     work = args.work
     shutil.rmtree(work, ignore_errors=True)
     os.makedirs(work)
@@ -155,9 +156,14 @@ def main():
     expect_refused([charlm, "--out", a_file], "--out")
     expect_refused([attention, "--dot", "/proc/no-such-dir/graph.dot"], "--dot")
     expect_refused([attention, "--bogus"], "--bogus")
+    for bad, mention in [
+        (["--steps", "0"], "--steps"), (["--steps", "3x"], "--steps"), (["--steps", "-1"], "--steps"),
+        (["--dot", "/proc/no-such-dir/graph.dot"], "--dot"), (["--bogus"], "--bogus"),
+    ]:
+        expect_refused([custom_op] + bad, mention)
 
     # --help is no error
-    for exe in (translate, generate, attention, charlm):
+    for exe in (translate, generate, attention, charlm, custom_op):
         r = run([exe, "--help"])
         if r.returncode != 0 or "--" not in r.stdout:
             failures.append(f"{exe} --help: exit {r.returncode}")
