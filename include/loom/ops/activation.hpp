@@ -22,25 +22,18 @@ struct relu_op : op_def<relu_op> {
   template <class T>
   static void backward(const op_args<T>& a);
   template <class S>
-  struct rule {
-    using type = S;
-  };
+  using rule = same_shape<S>;
 };
 
 struct gelu_op : op_def<gelu_op> {
   static constexpr std::string_view name = "gelu";
-  static constexpr op_traits traits{
-      .can_run_in_place = true,
-      .backward_reads = reads({0}),
-  };
+  static constexpr op_traits traits{.can_run_in_place = true, .backward_reads = reads({0})};
   template <class T>
   static void forward(const op_args<T>& a);  // ops/activation.cpp
   template <class T>
   static void backward(const op_args<T>& a);
   template <class S>
-  struct rule {
-    using type = S;
-  };
+  using rule = same_shape<S>;
 };
 
 /// max(x, 0), elementwise; shape unchanged.

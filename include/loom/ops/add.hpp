@@ -19,11 +19,7 @@ inline constexpr bool is_shape_suffix = [] {
 
 struct add_op : op_def<add_op> {
   static constexpr std::string_view name = "add";
-  static constexpr op_traits traits{
-      .writes_fresh = true,
-      .can_run_in_place = true,
-      .backward_in_place = true,
-  };
+  static constexpr op_traits traits{.writes_fresh = true, .can_run_in_place = true, .backward_in_place = true};
   template <class T>
   static void forward(const op_args<T>& a);  // ops/add.cpp
   template <class T>

@@ -22,11 +22,7 @@ inline constexpr bool checkpoint_operands = (is_node<X> && ...);
 
 struct checkpoint_op : op_def<checkpoint_op> {
   static constexpr std::string_view name = "checkpoint";
-  static constexpr op_traits traits{
-      .is_view = true,
-      .writes_fresh = true,
-      .bounds_recompute = true,
-  };
+  static constexpr op_traits traits{.is_view = true, .writes_fresh = true, .bounds_recompute = true};
   template <class T>
   static void forward(const op_args<T>& a);  // ops/checkpoint.cpp
   template <class T>

@@ -38,10 +38,7 @@ namespace loom {
 /// cross_entropy's declaration: name, traits and kernels (compiled once, whatever the attributes).
 struct cross_entropy_def : op_def<cross_entropy_def> {
   static constexpr std::string_view name = "cross_entropy";
-  static constexpr op_traits traits{
-      .writes_fresh = true,
-      .backward_reads = reads({0, 1}),
-  };
+  static constexpr op_traits traits{.writes_fresh = true, .backward_reads = reads({0, 1})};
   template <class T>
   static void forward(const op_args<T>& a);  // ops/cross_entropy.cpp
   template <class T>

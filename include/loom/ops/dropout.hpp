@@ -34,10 +34,7 @@ namespace loom {
 /// dropout's declaration: name, traits and kernels (compiled once, whatever the attributes).
 struct dropout_def : op_def<dropout_def> {
   static constexpr std::string_view name = "dropout";
-  static constexpr op_traits traits{
-      .can_run_in_place = true,
-      .backward_reads = reads({1}),
-  };
+  static constexpr op_traits traits{.can_run_in_place = true, .backward_reads = reads({1})};
   template <class T>
   static void forward(const op_args<T>& a);  // ops/dropout.cpp
   template <class T>

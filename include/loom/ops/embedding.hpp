@@ -16,9 +16,7 @@ inline constexpr bool is_embedding_table = W::rank == 2;
 
 struct embedding_op : op_def<embedding_op> {
   static constexpr std::string_view name = "embedding";
-  static constexpr op_traits traits{
-      .backward_reads = reads({0}),
-  };
+  static constexpr op_traits traits{.backward_reads = reads({0})};
   template <class T>
   static void forward(const op_args<T>& a);  // ops/embedding.cpp
   template <class T>

@@ -29,11 +29,7 @@ namespace loom {
 
 struct mask_causal_op : op_def<mask_causal_op> {
   static constexpr std::string_view name = "mask_causal";
-  static constexpr op_traits traits{
-      .writes_fresh = true,
-      .can_run_in_place = true,
-      .backward_in_place = true,
-  };
+  static constexpr op_traits traits{.writes_fresh = true, .can_run_in_place = true, .backward_in_place = true};
   template <class T>
   static void forward(const op_args<T>& a);  // ops/mask.cpp
   template <class T>

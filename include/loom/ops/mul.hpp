@@ -10,10 +10,7 @@ namespace loom {
 
 struct mul_op : op_def<mul_op> {
   static constexpr std::string_view name = "mul";
-  static constexpr op_traits traits{
-      .can_run_in_place = true,
-      .backward_reads = reads({0, 1}),
-  };
+  static constexpr op_traits traits{.can_run_in_place = true, .backward_reads = reads({0, 1})};
   template <class T>
   static void forward(const op_args<T>& a);  // ops/mul.cpp
   template <class T>

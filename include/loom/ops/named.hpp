@@ -17,11 +17,7 @@ namespace loom {
 /// named's declaration: name, traits and kernels (compiled once, whatever the attributes).
 struct named_def : op_def<named_def> {
   static constexpr std::string_view name = "named";
-  static constexpr op_traits traits{
-      .is_view = true,
-      .writes_fresh = true,
-      .is_named_output = true,
-  };
+  static constexpr op_traits traits{.is_view = true, .writes_fresh = true, .is_named_output = true};
   template <class T>
   static void forward(const op_args<T>& a);  // ops/named.cpp
   template <class T>
@@ -34,9 +30,7 @@ struct named_op : named_def {
   static_assert(Name.length > 0, "named<\"\">: a named output needs a name");
   static constexpr std::string_view output_name = Name.view();
   template <class S>
-  struct rule {
-    using type = S;
-  };
+  using rule = same_shape<S>;
 };
 
 /// x under the name `Name`: kept after forward and read with executor::output(Name).

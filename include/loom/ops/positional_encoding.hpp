@@ -36,11 +36,7 @@ namespace loom {
 /// positional_encoding's declaration: name, traits and kernels (compiled once, whatever the attributes).
 struct positional_encoding_def : op_def<positional_encoding_def> {
   static constexpr std::string_view name = "positional_encoding";
-  static constexpr op_traits traits{
-      .writes_fresh = true,
-      .can_run_in_place = true,
-      .backward_in_place = true,
-  };
+  static constexpr op_traits traits{.writes_fresh = true, .can_run_in_place = true, .backward_in_place = true};
   template <class T>
   static void forward(const op_args<T>& a);  // ops/positional_encoding.cpp
   template <class T>

@@ -18,11 +18,7 @@ namespace loom {
 /// scale's declaration: name, traits and kernels (compiled once, whatever the attributes).
 struct scale_def : op_def<scale_def> {
   static constexpr std::string_view name = "scale";
-  static constexpr op_traits traits{
-      .writes_fresh = true,
-      .can_run_in_place = true,
-      .backward_in_place = true,
-  };
+  static constexpr op_traits traits{.writes_fresh = true, .can_run_in_place = true, .backward_in_place = true};
   template <class T>
   static void forward(const op_args<T>& a);  // ops/scale.cpp
   template <class T>
@@ -33,9 +29,7 @@ template <double C>
 struct scale_op : scale_def {
   static constexpr scale_attrs attrs{C};
   template <class S>
-  struct rule {
-    using type = S;
-  };
+  using rule = same_shape<S>;
 };
 
 /// y = C · x, elementwise; the shape is unchanged.

@@ -17,9 +17,7 @@ struct silu_op : op_def<silu_op> {
       .backward_reads = reads({0}),
   };
   template <class S>
-  struct rule {
-    using type = S;
-  };
+  using rule = same_shape<S>;
   template <class T>
   static void forward(const op_args<T>& a);  // ops/silu.cpp
   template <class T>
