@@ -8,9 +8,29 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <vector>
 
+#include "loom/core/fixed_string.hpp"
+#include "loom/core/reflect.hpp"
+
 namespace cli {
+
+/// A setting that carries its own command-line description: its help text and, for numbers,
+/// its range. A struct of settings adapted with BOOST_HANA_ADAPT_STRUCT is then one declaration
+/// of its options (command_line::options: "--<field name>", '_' written '-'), of a run's
+/// metadata (loom::reflect::to_map) and of the message naming a field that differs.
+/// Reads as its value (`s.steps / 20`); `.value` is the variable itself.
+template <class V, loom::fixed_string Help, auto Lo = 0, auto Hi = 0>
+struct setting {
+  V value{};
+  static constexpr std::string_view help = Help.view();
+  static constexpr auto lo = Lo;
+  static constexpr auto hi = Hi;
+  constexpr setting() = default;
+  constexpr setting(V v) : value(v) {}  // NOLINT: a setting is initialised like its value
+  constexpr operator V() const { return value; }
+};
 
 /// The options of one program. Each add_* binds a variable that parse() sets when the option is
 /// given (otherwise it keeps its value: the default) and returns *this.
@@ -43,6 +63,25 @@ class command_line {
   /// Positional arguments, each checked by `check` (returns "" if fine, else the problem).
   command_line& positional(const std::string& name, std::vector<std::string>& values, const std::string& help,
                            std::function<std::string(const std::string&)> check);
+
+  /// One option per field of the reflected struct `s` whose fields are settings (above):
+  /// whole numbers and reals checked against the setting's range, bools as flags.
+  template <class S>
+  command_line& options(S& s) {
+    loom::reflect::for_each_field(s, [&](const char* name, auto& field) {
+      using F = std::remove_cvref_t<decltype(field)>;
+      using V = decltype(field.value);
+      std::string flag = std::string("--") + name;
+      for (char& c : flag)
+        if (c == '_') c = '-';
+      const std::string help(F::help);
+      if constexpr (std::is_same_v<V, bool>) this->flag(flag, field.value, help);
+      else if constexpr (std::is_integral_v<V>) whole(flag, field.value, F::lo, F::hi, help);
+      else if constexpr (std::is_same_v<V, double>) number(flag, field.value, F::lo, F::hi, help);
+      else text(flag, field.value, help);
+    });
+    return *this;
+  }
 
   /// Parses: --help prints the usage and exits 0; a bad value or an unknown option fails as
   /// below, naming the option.

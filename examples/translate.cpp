@@ -43,13 +43,14 @@ constexpr auto cfg = config<0.0>;
 constexpr double label_smoothing = 0.1;
 
 // What defines a training run: a resumed run, and every rank of a data-parallel one, must have
-// the same (its fields are the checkpoint's metadata and the ranks' start-up check, by name).
+// the same. One declaration (reflected below) gives the options (--seed, ...), the checkpoint's
+// metadata and the ranks' start-up check, each by the field's name.
 struct run_settings {
-  std::uint64_t seed = 1;
-  std::size_t batch = 64;
-  long max = 999'999'999;
-  long steps = 4000;
-  std::int64_t accumulate = 1;  // micro-batches per process and step
+  cli::setting<std::uint64_t, "seed of the data split, the initial weights and the batches", 0, UINT64_MAX> seed = 1;
+  cli::setting<std::size_t, "examples per step", 1, 4096> batch = 64;
+  cli::setting<long, "largest number in the data", 100'000, 999'999'999> max = 999'999'999;
+  cli::setting<long, "training steps", 1, 100'000'000> steps = 4000;
+  cli::setting<std::int64_t, "micro-batches per process and step (gradient accumulation)", 1, 4096> accumulate = 1;
 };
 
 struct settings {
@@ -76,16 +77,12 @@ struct world_t {  // this process alone
 
 void add_options(cli::command_line& app, settings& s) {
   app.number("--minutes", s.minutes, 0.0, 1e6, "stop training after this many minutes")
-      .whole("--steps", s.run.steps, 1, 100'000'000, "training steps")
       .whole("--threads", s.threads, 0, max_threads, "worker threads (0: all cores)")
       .folder("--out", s.out, "folder of the files written")
-      .whole("--seed", s.run.seed, 0, UINT64_MAX, "seed of the data split, the initial weights and the batches")
-      .whole("--batch", s.run.batch, 1, 4096, "examples per step")
-      .whole("--max", s.run.max, 100'000, 999'999'999, "largest number in the data")
       .whole("--checkpoint-every", s.checkpoint_every, 0, 100'000'000,
              "save a checkpoint every N steps (0: only at the end)")
       .flag("--resume", s.resume, "continue from the checkpoint in --out, if there is one")
-      .whole("--accumulate", s.run.accumulate, 1, 4096, "micro-batches per process and step (gradient accumulation)");
+      .options(s.run);
 }
 
 // What a checkpoint was trained with, from the two reflected structs: the run's settings by
@@ -142,7 +139,7 @@ int train_and_evaluate(const settings& s, const cli::command_line& app, world_t*
     // ---- data: distinct numbers, no number in two splits
     task t(s.run.max, 60'000, 1'000, 2'000, s.run.seed);
     std::printf("numbers in [0, %ld]: %zu train, %zu validation, %zu test; vocabularies %d + %d tokens\n",
-                s.run.max, t.data.train.size(), t.data.valid.size(), t.data.test.size(), t.source.size(),
+                s.run.max.value, t.data.train.size(), t.data.valid.size(), t.data.test.size(), t.source.size(),
                 t.target.size());
     std::printf("e.g. \"%s\" -> \"%s\"\n", t.data.train[0].source.c_str(), t.data.train[0].target.c_str());
 
@@ -214,7 +211,7 @@ int train_and_evaluate(const settings& s, const cli::command_line& app, world_t*
     };
     std::printf("training for %ld steps of %zu examples (at most %.1f minutes) on %d process(es) x %d thread(s), "
                 "%lld micro-batch(es) per step\n",
-                s.run.steps - static_cast<long>(first_step), s.run.batch, s.minutes, ranks, run.threads(),
+                s.run.steps - static_cast<long>(first_step), s.run.batch.value, s.minutes, ranks, run.threads(),
                 static_cast<long long>(micro_batches));
     for (long step = static_cast<long>(first_step) + 1; step <= s.run.steps; ++step) {
       // this process's micro-batches of the step's batch: the same batch for any process count

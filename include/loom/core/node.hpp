@@ -66,6 +66,19 @@ using resolve_t = typename resolve<N>::type;
 template <class N>
 inline constexpr node_desc desc_of = N::make_desc();
 
+namespace detail {
+template <class A>
+constexpr node_desc slots_from(A a) {
+  node_desc d;
+  store_attrs(d, a);
+  return d;
+}
+/// The descriptor slots of Op's attributes, computed once per op type (a graph has many nodes
+/// of one op: walking the attributes per node was a measurable part of compile time).
+template <class Op>
+inline constexpr node_desc attr_slots_of = slots_from(Op::attrs);
+}  // namespace detail
+
 /// Address of the descriptor of node N (blocks resolve to their root).
 template <class N>
 constexpr const node_desc* desc_ptr() {
@@ -88,7 +101,10 @@ struct node {
     d.inputs = input_descs;
     if constexpr (requires { Op::attrs; }) {
       using attrs_t = std::remove_cvref_t<decltype(Op::attrs)>;
-      store_attrs(d, Op::attrs);
+      const node_desc& slots = detail::attr_slots_of<Op>;  // stored once per op, not per node
+      d.iattr = slots.iattr;
+      d.fattr = slots.fattr;
+      d.dattr = slots.dattr;
       if constexpr (reflect::is_reflected<attrs_t>) d.attrs_text = &detail::attrs_text<attrs_t>;
     }
     if constexpr (requires { Op::output_name; }) d.name = Op::output_name;  // named outputs

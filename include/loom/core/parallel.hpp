@@ -3,12 +3,16 @@
 #pragma once
 
 #include <cstdint>
-
-#include <oneapi/tbb/blocked_range.h>
-#include <oneapi/tbb/parallel_for.h>
-#include <oneapi/tbb/partitioner.h>
+#include <memory>
+#include <type_traits>
 
 namespace loom {
+
+namespace detail {
+/// Runs body(ctx, begin, end) over [0, n) in TBB chunks of at most `grain` (ops/parallel.cpp):
+/// out of line, so that this header does not bring TBB's headers into every user's file.
+void run_chunks(std::int64_t n, std::int64_t grain, void (*body)(void* ctx, std::int64_t, std::int64_t), void* ctx);
+}  // namespace detail
 
 /// Calls fn(begin, end) over [0, n) in chunks of at most `grain` items, in parallel. The range
 /// is halved until a piece is at most `grain` long, so chunks are between grain/2 and grain
@@ -23,9 +27,10 @@ void for_chunks(std::int64_t n, std::int64_t grain, Fn&& fn) {
     fn(std::int64_t{0}, n);
     return;
   }
-  tbb::parallel_for(
-      tbb::blocked_range<std::int64_t>(0, n, grain),
-      [&](const tbb::blocked_range<std::int64_t>& r) { fn(r.begin(), r.end()); }, tbb::simple_partitioner());
+  using F = std::remove_reference_t<Fn>;
+  detail::run_chunks(
+      n, grain, [](void* f, std::int64_t b, std::int64_t e) { (*static_cast<F*>(f))(b, e); },
+      const_cast<void*>(static_cast<const void*>(std::addressof(fn))));
 }
 
 /// A grain that gives chunks of about `work_per_chunk` scalar operations.

@@ -71,7 +71,8 @@ constexpr void for_each_field(S& s, F&& f) {
 }
 
 /// A field's value as text: integers in decimal, reals in the shortest form that reads back to
-/// the same value, bools as true/false, enums as their integer, strings as they are.
+/// the same value, bools as true/false, enums as their integer, strings as they are, a wrapper
+/// with a `value` member as its value.
 template <class V>
 std::string to_text(const V& v) {
   if constexpr (std::is_same_v<V, bool>) {
@@ -86,6 +87,8 @@ std::string to_text(const V& v) {
     return ec == std::errc{} ? std::string(buf.data(), end) : std::string("?");
   } else if constexpr (std::is_convertible_v<const V&, std::string_view>) {
     return std::string(std::string_view(v));
+  } else if constexpr (requires { v.value; }) {  // a wrapper of one value (a described setting)
+    return to_text(v.value);
   } else if constexpr (requires { v.size(); v[0]; }) {
     std::string s = "[";
     for (std::size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + to_text(v[i]);
