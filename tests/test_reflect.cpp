@@ -79,3 +79,21 @@ TEST_CASE("an op's attributes are stored in its node, read back, and named in it
   CHECK(a.size.syms[0] == "P");
   CHECK(d.attrs_text(d) == "axis=1\nbegin=1\nsize=P");
 }
+
+TEST_CASE("a feed the graph makes names one of its inputs, checked at compile time") {
+  auto x = input<"x", shape<dyn<"T">, fix<3>>>();
+  auto tok = input<"tok", shape<dyn<"T">>, int>();
+  auto w = param<"w", shape<fix<5>, fix<3>>>();
+  auto g = make_graph(sum(mul(x, embedding(tok, w))));
+  STATIC_REQUIRE(g.input_named("x") >= 0);
+  STATIC_REQUIRE(g.input_named("tok") >= 0);
+  STATIC_REQUIRE(g.input_named("w") == -1);  // a parameter, not an input
+  auto params = g.make_params<double>(1);
+  auto run = g.executor<double>(params);
+  const tensor<double> xs({2, 3}, {1, 2, 3, 4, 5, 6});
+  run.forward({g.feed<"x">(xs), g.feed<"tok">(tensor<std::int64_t>({2}, {4, 0}))});
+  double want = 0;
+  for (int j = 0; j < 3; ++j) want += xs[j] * params.value("w")[4 * 3 + j] + xs[3 + j] * params.value("w")[j];
+  CHECK(run.output()[0] == Approx(want).epsilon(1e-12));
+  // g.feed<"y">(xs) and g.feed<"tok">(xs) do not compile (tests/compile_fail/feed_*.cpp)
+}

@@ -30,6 +30,17 @@ template <class T>
 void init_params(const plan_view& plan, param_store<T>& store, std::uint64_t seed,
                  std::span<const std::pair<std::string_view, std::int64_t>> dims);
 
+namespace detail {
+/// Named predicates of graph::feed's checks, so that a failed static_assert prints the input's name.
+template <fixed_string Name, bool Found>
+inline constexpr bool graph_has_input = Found;
+template <fixed_string Name, dtype Want, class E>
+inline constexpr bool input_takes =
+    Want == dtype::real   ? std::is_same_v<E, float> || std::is_same_v<E, double>
+    : Want == dtype::i32 ? std::is_same_v<E, std::int32_t> || std::is_same_v<E, std::int64_t>
+                         : std::is_same_v<E, bool> || std::is_same_v<E, std::uint8_t>;
+}  // namespace detail
+
 /// The graph whose outputs are Outs...: a plan computed at compile time.
 template <class... Outs>
 struct graph {
@@ -64,6 +75,30 @@ struct graph {
     param_store<T> store;
     init_params(plan(), store, seed, std::span<const std::pair<std::string_view, std::int64_t>>(dims.begin(), dims.size()));
     return store;
+  }
+  /// The index in plan() of the input named `name`, or −1; usable at compile time.
+  static constexpr int input_named(std::string_view name) {
+    for (int i = 0; i < sizes.nodes; ++i)
+      if (data.order[static_cast<std::size_t>(i)]->op->role == node_role::input &&
+          data.order[static_cast<std::size_t>(i)]->name == name)
+        return i;
+    return -1;
+  }
+  /// A feed for the graph's input `Name`, checked at compile time: a name the graph has no
+  /// input of, or a tensor whose element type the input does not take (real: float or double;
+  /// int: int32 or int64; bool: bool or uint8), does not compile. The rank and dims are checked
+  /// when an executor binds it, as for any feed. `run.forward({g.feed<"x">(xs)})`.
+  template <fixed_string Name, class E>
+  static ::loom::feed feed(const tensor<E>& t) {
+    constexpr int at = input_named(Name.view());
+    static_assert(detail::graph_has_input<Name, (at >= 0)>, "feed<Name>: the graph has no input of this name");
+    if constexpr (at >= 0) {
+      constexpr dtype want = data.order[static_cast<std::size_t>(at)]->elem;
+      static_assert(detail::input_takes<Name, want, E>,
+                    "feed<Name>: the input does not take this element type (real: float or double; int: int32 or "
+                    "int64; bool: bool or uint8)");
+    }
+    return ::loom::feed(std::string(Name.view()), t);
   }
   std::string dot() const { return to_dot(plan()); }
   /// The memory plan of an executor<T> with `options` for the given dims, without running
