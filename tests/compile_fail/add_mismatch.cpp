@@ -1,4 +1,4 @@
-// expect: add: the operands' shapes do not broadcast.*shapes_broadcast<loom::shape<loom::dyn<.*"T".*loom::fix<8> >, loom::shape<loom::fix<4> > >
+// expect: the operands' shapes do not broadcast.*operands_broadcast<loom::add_op, loom::shape<loom::dyn<.*"T".*loom::fix<8> >, loom::shape<loom::fix<4> > >
 // max-bytes: 4000
 #include "loom/loom.hpp"
 using namespace loom;

@@ -1,4 +1,4 @@
-// expect: mul: the operands' shapes do not broadcast.*shapes_broadcast<loom::shape<loom::fix<2>, loom::fix<3> >, loom::shape<loom::fix<3>, loom::fix<2> > >
+// expect: the operands' shapes do not broadcast.*operands_broadcast<loom::mul_op, loom::shape<loom::fix<2>, loom::fix<3> >, loom::shape<loom::fix<3>, loom::fix<2> > >
 // max-bytes: 4000
 #include "loom/loom.hpp"
 using namespace loom;

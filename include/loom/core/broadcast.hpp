@@ -68,6 +68,21 @@ inline constexpr bool shapes_broadcast = detail::broadcast_impl_t<A, B>::ok;
 template <class A, class B>
 using broadcast_shape = std::conditional_t<shapes_broadcast<A, B>, typename detail::broadcast_impl_t<A, B>::type, A>;
 
+/// True when op Op's operands of shapes A and B broadcast: shapes_broadcast, under a name that
+/// also names the op in a failed check ("operands_broadcast<loom::sub_op, shape<..>, shape<..>>").
+template <class Op, class A, class B>
+inline constexpr bool operands_broadcast = shapes_broadcast<A, B>;
+
+/// The shape rule of a binary elementwise op Op whose operands broadcast (NumPy's rule), for its
+/// declaration: `template <class A, class B> using rule = broadcast_rule<my_op, A, B>;`.
+template <class Op, class A, class B>
+struct broadcast_rule {
+  static_assert(operands_broadcast<Op, A, B>,
+                "the operands' shapes do not broadcast (aligned at the last axis, each pair of dims must be equal or "
+                "one of them 1)");
+  using type = broadcast_shape<A, B>;
+};
+
 /// True when B broadcasts onto A without changing A's shape (B's dims are A's trailing dims or 1):
 /// a mask or bias onto scores.
 template <class A, class B>

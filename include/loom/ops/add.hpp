@@ -25,12 +25,7 @@ struct add_op : op_def<add_op> {
   template <class T>
   static void backward(const op_args<T>& a);
   template <class A, class B>
-  struct rule {
-    static_assert(shapes_broadcast<A, B>,
-                  "add: the operands' shapes do not broadcast (aligned at the last axis, each pair of dims must "
-                  "be equal or one of them 1)");
-    using type = broadcast_shape<A, B>;
-  };
+  using rule = broadcast_rule<add_op, A, B>;
 };
 
 /// a + b elementwise, the two broadcast together (NumPy's rule): [B, T, D] + [D], [B, H, T, S] +

@@ -17,62 +17,35 @@ namespace loom {
 
 struct sub_op : op_def<sub_op> {
   static constexpr std::string_view name = "sub";
-  static constexpr op_traits traits{
-      .writes_fresh = true,
-      .can_run_in_place = true,
-      .backward_in_place = true,
-  };
+  static constexpr op_traits traits{.writes_fresh = true, .can_run_in_place = true, .backward_in_place = true};
   template <class T>
   static void forward(const op_args<T>& a);  // ops/binary.cpp
   template <class T>
   static void backward(const op_args<T>& a);
   template <class A, class B>
-  struct rule {
-    static_assert(shapes_broadcast<A, B>,
-                  "sub: the operands' shapes do not broadcast (aligned at the last axis, each pair of dims must "
-                  "be equal or one of them 1)");
-    using type = broadcast_shape<A, B>;
-  };
+  using rule = broadcast_rule<sub_op, A, B>;
 };
 
 struct div_op : op_def<div_op> {
   static constexpr std::string_view name = "div";
-  static constexpr op_traits traits{
-      .writes_fresh = true,
-      .can_run_in_place = true,
-      .backward_reads = reads({0, 1}),
-  };
+  static constexpr op_traits traits{.writes_fresh = true, .can_run_in_place = true, .backward_reads = reads({0, 1})};
   template <class T>
   static void forward(const op_args<T>& a);  // ops/binary.cpp
   template <class T>
   static void backward(const op_args<T>& a);
   template <class A, class B>
-  struct rule {
-    static_assert(shapes_broadcast<A, B>,
-                  "div: the operands' shapes do not broadcast (aligned at the last axis, each pair of dims must "
-                  "be equal or one of them 1)");
-    using type = broadcast_shape<A, B>;
-  };
+  using rule = broadcast_rule<div_op, A, B>;
 };
 
 struct maximum_op : op_def<maximum_op> {
   static constexpr std::string_view name = "maximum";
-  static constexpr op_traits traits{
-      .writes_fresh = true,
-      .can_run_in_place = true,
-      .backward_reads = reads({0, 1}),
-  };
+  static constexpr op_traits traits{.writes_fresh = true, .can_run_in_place = true, .backward_reads = reads({0, 1})};
   template <class T>
   static void forward(const op_args<T>& a);  // ops/binary.cpp
   template <class T>
   static void backward(const op_args<T>& a);
   template <class A, class B>
-  struct rule {
-    static_assert(shapes_broadcast<A, B>,
-                  "maximum: the operands' shapes do not broadcast (aligned at the last axis, each pair of dims must "
-                  "be equal or one of them 1)");
-    using type = broadcast_shape<A, B>;
-  };
+  using rule = broadcast_rule<maximum_op, A, B>;
 };
 
 struct minimum_op : op_def<minimum_op> {
@@ -83,12 +56,7 @@ struct minimum_op : op_def<minimum_op> {
   template <class T>
   static void backward(const op_args<T>& a);
   template <class A, class B>
-  struct rule {
-    static_assert(shapes_broadcast<A, B>,
-                  "minimum: the operands' shapes do not broadcast (aligned at the last axis, each pair of dims must "
-                  "be equal or one of them 1)");
-    using type = broadcast_shape<A, B>;
-  };
+  using rule = broadcast_rule<minimum_op, A, B>;
 };
 
 /// a − b elementwise, the two broadcast together (NumPy's rule); also `a - b` for nodes.

@@ -16,12 +16,7 @@ struct mul_op : op_def<mul_op> {
   template <class T>
   static void backward(const op_args<T>& a);
   template <class A, class B>
-  struct rule {
-    static_assert(shapes_broadcast<A, B>,
-                  "mul: the operands' shapes do not broadcast (aligned at the last axis, each pair of dims must "
-                  "be equal or one of them 1)");
-    using type = broadcast_shape<A, B>;
-  };
+  using rule = broadcast_rule<mul_op, A, B>;
 };
 
 /// a ⊙ b elementwise, the two broadcast together (NumPy's rule). Shapes that do not broadcast
