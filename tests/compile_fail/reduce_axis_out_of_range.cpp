@@ -1,4 +1,4 @@
-// expect: mean: Axis is not an axis of x.*axis_in_range<2, 2>
+// expect: reduction: Axis is not an axis of x.*reduces_an_axis<loom::mean_def, 2, 2>
 // max-bytes: 4000
 #include "loom/loom.hpp"
 using namespace loom;

@@ -46,6 +46,23 @@ struct reduce_attrs {
 BOOST_HANA_ADAPT_STRUCT(loom::reduce_attrs, axis);
 namespace loom {
 
+/// True when Axis names an axis of x (rank R) for the reduction Def: axis_in_range under a name
+/// that also names the op in a failed check ("reduces_an_axis<loom::mean_def, 2, 2>").
+template <class Def, int Axis, int R>
+inline constexpr bool reduces_an_axis = axis_in_range<Axis, R>;
+
+/// The node op of a reduction over one axis: Def (its name, traits and kernels) with the axis as
+/// its attribute and the reduced shape as its rule.
+template <class Def, int Axis, bool KeepDim>
+struct axis_reduction : Def {
+  static constexpr reduce_attrs attrs{Axis};
+  template <class S>
+  struct rule {
+    static_assert(reduces_an_axis<Def, Axis, S::rank>, "reduction: Axis is not an axis of x (−rank ≤ Axis < rank)");
+    using type = reduced_shape<S, Axis, KeepDim>;
+  };
+};
+
 // ---- reduce_sum
 
 /// reduce_sum's declaration: name, traits and kernels (compiled once, whatever the axis).
@@ -59,14 +76,7 @@ struct reduce_sum_def : op_def<reduce_sum_def> {
 };
 
 template <int Axis, bool KeepDim>
-struct reduce_sum_op : reduce_sum_def {
-  static constexpr reduce_attrs attrs{Axis};
-  template <class S>
-  struct rule {
-    static_assert(axis_in_range<Axis, S::rank>, "reduce_sum: Axis is not an axis of x (−rank ≤ Axis < rank)");
-    using type = reduced_shape<S, Axis, KeepDim>;
-  };
-};
+using reduce_sum_op = axis_reduction<reduce_sum_def, Axis, KeepDim>;
 
 /// Σ over axis Axis of x (negative: from the end): x without that axis, or with it 1 when
 /// KeepDim. (sum(x) adds every element into a scalar.)
@@ -89,14 +99,7 @@ struct mean_def : op_def<mean_def> {
 };
 
 template <int Axis, bool KeepDim>
-struct mean_op : mean_def {
-  static constexpr reduce_attrs attrs{Axis};
-  template <class S>
-  struct rule {
-    static_assert(axis_in_range<Axis, S::rank>, "mean: Axis is not an axis of x (−rank ≤ Axis < rank)");
-    using type = reduced_shape<S, Axis, KeepDim>;
-  };
-};
+using mean_op = axis_reduction<mean_def, Axis, KeepDim>;
 
 /// The mean over axis Axis of x (negative: from the end), dividing by the axis' size when the
 /// graph runs: x without that axis, or with it 1 when KeepDim (RMSNorm: mean<-1, true>(x * x)).
@@ -126,14 +129,7 @@ struct amax_def : op_def<amax_def> {
 };
 
 template <int Axis, bool KeepDim>
-struct amax_op : amax_def {
-  static constexpr reduce_attrs attrs{Axis};
-  template <class S>
-  struct rule {
-    static_assert(axis_in_range<Axis, S::rank>, "amax: Axis is not an axis of x (−rank ≤ Axis < rank)");
-    using type = reduced_shape<S, Axis, KeepDim>;
-  };
-};
+using amax_op = axis_reduction<amax_def, Axis, KeepDim>;
 
 /// The largest element along axis Axis of x (torch.amax; negative Axis from the end): x
 /// without that axis, or with it 1 when KeepDim. Tied maxima share the gradient evenly; NaN
