@@ -110,7 +110,7 @@ int main(int argc, char** argv) {
     // the first figure (128 tokens, ~70 ms of timed steps) was often in a slow state the process
     // leaves later: at 1 thread it came out above the 512-token figure of the same process (which
     // cannot be: a step's cost grows with the position) in 4 of 14 runs, with 1 s in none of 14
-    // [AMD EPYC, session 14]
+    // [AMD EPYC Zen 4]
     for (auto t0 = clock_type::now(); seconds_since(t0) < 1.0;) cached_steps(run_step, cache, prompt, 8, nullptr);
     std::vector<double> runs;
     std::vector<std::vector<double>> steps;  // per repetition, per step

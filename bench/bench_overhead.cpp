@@ -5,7 +5,7 @@
 // at 1 and 2 threads, reported as wall time per computed node ("per_node", in the console as
 // e.g. 250ns). Each node does 16 multiplies or adds, a few nanoseconds of arithmetic, so the
 // figure is almost all overhead: the executor binding the inputs, checking shapes and
-// scheduling the nodes. DESIGN.md asks that a graph of a few hundred tiny nodes not spend more
+// scheduling the nodes. loom's goal is that a graph of a few hundred tiny nodes not spend more
 // time scheduling than computing; `chain_plain_loop` is the same arithmetic written as a plain
 // loop, the compute time to compare with. Chains of 20, 100 and 300 nodes separate the fixed
 // cost of a forward() from the cost of each node.
@@ -30,7 +30,7 @@ using tiny = loom::shape<loom::fix<4>, loom::fix<4>>;
 constexpr int nodes_per_block = 20;
 
 /// Ten steps y -> 0.5 · y + c: 20 nodes. A named block, so that the type of a long chain
-/// grows by one short block name per 20 nodes (see "Compile-time cost" in DESIGN.md).
+/// grows by one short block name per 20 nodes (docs/design-notes.md, "Node types and descriptors").
 struct ten_steps {
   template <int N = 10, class Y>
   static constexpr auto steps(Y y) {

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Compile-time cost of loom's users (see "Compile-time cost is a feature" in DESIGN.md):
+# Compile-time cost of loom's users (docs/design-notes.md; figures in bench/README.md):
 #
 #   1. wall time and peak compiler memory ("Maximum resident set size" of /usr/bin/time -v) of
 #      translation units, compiled one at a time with their exact command from the compile

@@ -158,7 +158,7 @@ TEST_CASE("a moved-from packed store is empty and usable") {
   CHECK(q.packed());
   CHECK(p.size() == 0);  // NOLINT(bugprone-use-after-move): the moved-from state is specified
   CHECK(p.grad_block().elements().empty());
-  p.zero_grad();  // was a write through a null block of the old size (session 13's review)
+  p.zero_grad();  // was once a write through a null block of the old size
   param_store<float> r;
   r = std::move(q);
   CHECK(r.packed());

@@ -33,7 +33,7 @@ def expect_refused(cmd, mention):
 def check_bench_decode_ab(scripts, work):
     """scripts/bench_decode_ab: bad arguments end with exit status 2 before anything is built, and
     the older bench_decode.cpp forms get the 1-s warm-up (the lines below are those of f228fb9
-    and of the sessions that warmed up for a quarter second); a form it does not know is refused."""
+    and of the later commits that warmed up for a quarter second); a form it does not know is refused."""
     script = os.path.join(scripts, "bench_decode_ab")
     for bad, mention in ((["--rounds", "0"], "--rounds"), (["--threads", "a"], "--threads"),
                          (["--threads", "1,0"], "thread count")):
