@@ -65,25 +65,23 @@ constexpr nn::transformer_config cfg{.d_model = 64, .heads = 4, .ffn = 192, .dec
 using train_model = nn::language_model<cfg, nn::train_mode>;
 using decode_model = nn::language_model<cfg, nn::decode_mode>;
 
+// The program's settings, one declaration each: reflected below, it gives the command line
+// (--minutes, --top-k, ...: each checked against its range) and the run's record in
+// settings.txt, by the fields' names.
 struct settings {
-  double minutes = 2.5;
-  long steps = 4000;
-  int threads = 0;
-  std::string out = "out/charlm";
-  std::uint64_t seed = 1;
-  double temperature = 0.8;
-  int top_k = 5;
+  cli::setting<double, "stop training after this many minutes", 0, 1'000'000> minutes = 2.5;
+  cli::setting<long, "training steps", 1, 100'000'000> steps = 4000;
+  cli::setting<int, "worker threads (0: all cores)", 0, max_threads> threads = 0;
+  cli::setting<std::string, "folder of the files written"> out = std::string("out/charlm");
+  cli::setting<std::uint64_t, "seed of the text, the initial weights, the batches and the samples", 0, UINT64_MAX - 4>
+      seed = 1;
+  cli::setting<double, "sample from softmax(logits / T); 0: greedy", 0, 100> temperature = 0.8;
+  cli::setting<int, "sample among the K most likely characters (0: all)", 0, 1000> top_k = 5;
 };
 
-void add_options(cli::command_line& app, settings& s) {
-  app.number("--minutes", s.minutes, 0.0, 1e6, "stop training after this many minutes")
-      .whole("--steps", s.steps, 1, 100'000'000, "training steps")
-      .whole("--threads", s.threads, 0, max_threads, "worker threads (0: all cores)")
-      .folder("--out", s.out, "folder of the files written")
-      .whole("--seed", s.seed, 0, UINT64_MAX - 4, "seed of the text, the initial weights, the batches and the samples")
-      .number("--temperature", s.temperature, 0.0, 100.0, "sample from softmax(logits / T); 0: greedy")
-      .whole("--top-k", s.top_k, 0, 1000, "sample among the K most likely characters (0: all)");
-}
+}  // namespace
+BOOST_HANA_ADAPT_STRUCT(settings, minutes, steps, threads, out, seed, temperature, top_k);
+namespace {
 
 /// A continuation of `prompt` through the KV cache, as text (prompt + new characters).
 std::string sample(executor<float>& step, nn::kv_cache<float>& cache, const vocab& chars, const std::string& prompt,
@@ -101,10 +99,14 @@ std::string sample(executor<float>& step, nn::kv_cache<float>& cache, const voca
 int main(int argc, char** argv) {
   settings s;
   cli::command_line app("Trains a character-level language model on generated verse, then samples from it.", "charlm");
-  add_options(app, s);
+  app.options(s);
   app.parse(argc, argv);
   // the default too, before minutes of training
-  if (const std::string problem = cli::writable_folder(s.out); !problem.empty()) app.fail("--out: " + problem);
+  if (const std::string problem = cli::writable_folder(s.out.value); !problem.empty()) app.fail("--out: " + problem);
+  {
+    std::ofstream record(s.out.value + "/settings.txt");
+    for (const auto& [name, value] : reflect::to_map(s)) record << name << " = " << value << "\n";
+  }
   try {
 
     // ---- data: one text, learnt character by character; the last tenth held out
@@ -130,7 +132,7 @@ int main(int argc, char** argv) {
     auto cache = nn::kv_cache<float>::of<decode_model>(1, window);  // one sequence, the training window
     adam<float> opt(params, {.lr = 3e-3});
     opt.set_schedule(warmup_cosine(3e-3, s.steps / 20, s.steps, 1e-4));
-    trainer<float> tr(run, params, opt, {.total_steps = s.steps, .clip_norm = 1.0, .csv_path = s.out + "/loss.csv"});
+    trainer<float> tr(run, params, opt, {.total_steps = s.steps, .clip_norm = 1.0, .csv_path = s.out.value + "/loss.csv"});
     auto validation_loss = [&] {
       double total = 0;
       const std::int64_t batches = std::min<std::int64_t>(8, valid.windows() / 32);
@@ -142,8 +144,9 @@ int main(int argc, char** argv) {
       return total / static_cast<double>(batches);
     };
 
-    std::ofstream samples(s.out + "/samples.txt");
-    std::printf("training for at most %ld steps or %.1f minutes on %d thread(s)\n", s.steps, s.minutes, run.threads());
+    std::ofstream samples(s.out.value + "/samples.txt");
+    std::printf("training for at most %ld steps or %.1f minutes on %d thread(s)\n", s.steps.value, s.minutes.value,
+                run.threads());
     for (long n = 1; n <= s.steps; ++n) {
       auto batch = train.random(n, 16, s.seed);
       tr.step({{"tokens", batch.tokens}, {"target", batch.target}}, batch.tokens.size());
@@ -162,20 +165,21 @@ int main(int argc, char** argv) {
 
     // ---- generation through the cache, sampled; within the training window (beyond it the
     // model meets positions it has never seen, and degrades)
-    std::printf("\nsamples (temperature %.2f, top-k %d, %lld characters each):\n", s.temperature, s.top_k,
+    std::printf("\nsamples (temperature %.2f, top-k %d, %lld characters each):\n", s.temperature.value, s.top_k.value,
                 static_cast<long long>(window));
     for (std::uint64_t k = 0; k < 4; ++k) {
       const std::string prompt = k % 2 ? "and the " : "the ";
       const std::string t = sample(step, cache, chars, prompt, static_cast<int>(window - static_cast<std::int64_t>(prompt.size())),
                                    s.temperature, s.top_k, s.seed + k);
       std::printf("\n%s\n", t.c_str());
-      samples << "sample " << k << " (temperature " << s.temperature << ", top-k " << s.top_k << "):\n" << t << "\n\n";
+      samples << "sample " << k << " (temperature " << s.temperature.value << ", top-k " << s.top_k.value << "):\n"
+              << t << "\n\n";
     }
 
-    write_loss_curve_svg(s.out + "/loss.svg", tr.train_curve(), tr.valid_curve(), "charlm: training and validation loss",
+    write_loss_curve_svg(s.out.value + "/loss.svg", tr.train_curve(), tr.valid_curve(), "charlm: training and validation loss",
                          {.log_y = true});
-    std::printf("\nfiles written:\n  %s/loss.csv\n  %s/loss.svg\n  %s/samples.txt\n", s.out.c_str(), s.out.c_str(),
-                s.out.c_str());
+    const char* out = s.out.value.c_str();
+    std::printf("\nfiles written:\n  %s/settings.txt\n  %s/loss.csv\n  %s/loss.svg\n  %s/samples.txt\n", out, out, out, out);
     std::printf("\nresult: validation loss %.3f nats/character after %lld steps in %.0f s\n",
                 tr.valid_curve().empty() ? 0.0 : tr.valid_curve().back().second, static_cast<long long>(tr.steps()),
                 tr.seconds());

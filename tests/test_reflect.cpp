@@ -2,6 +2,10 @@
 // gives its fields by name — an op's attributes in its node's slots and DOT label, a model's
 // configuration as a checkpoint's metadata and as the line naming the field that differs.
 #include <catch2/catch.hpp>
+#include <boost/hana/for_each.hpp>
+#include <boost/hana/keys.hpp>
+#include <boost/hana/length.hpp>
+#include <boost/hana/string.hpp>
 
 #include <map>
 #include <string>
@@ -96,4 +100,42 @@ TEST_CASE("a feed the graph makes names one of its inputs, checked at compile ti
   for (int j = 0; j < 3; ++j) want += xs[j] * params.value("w")[4 * 3 + j] + xs[3 + j] * params.value("w")[j];
   CHECK(run.output()[0] == Approx(want).epsilon(1e-12));
   // g.feed<"y">(xs) and g.feed<"tok">(xs) do not compile (tests/compile_fail/feed_*.cpp)
+}
+
+TEST_CASE("a graph's inputs and named outputs are compile-time maps from name to port") {
+  namespace hana = boost::hana;
+  auto x = input<"x", shape<dyn<"T">, fix<3>>>();
+  auto tok = input<"tok", shape<dyn<"T">>, int>();
+  auto w = param<"w", shape<fix<5>, fix<3>>>();
+  auto g = make_graph(sum(named<"hidden">(mul(x, embedding(tok, w)))));
+  using G = decltype(g);
+  STATIC_REQUIRE(hana::length(G::inputs()) == hana::size_c<2>);
+  STATIC_REQUIRE(hana::contains(G::inputs(), BOOST_HANA_STRING("x")));
+  STATIC_REQUIRE(!hana::contains(G::inputs(), BOOST_HANA_STRING("w")));  // a parameter
+  STATIC_REQUIRE(std::is_same_v<G::input_port<"x">, port<dtype::real, 2>>);
+  STATIC_REQUIRE(std::is_same_v<G::input_port<"tok">, port<dtype::i32, 1>>);
+  STATIC_REQUIRE(hana::length(G::named_outputs()) == hana::size_c<1>);
+  STATIC_REQUIRE(std::is_same_v<decltype(+G::named_outputs()[detail::hana_key<"hidden">()])::type,
+                                port<dtype::real, 2>>);
+  // Every input, listed from the map (what a tool printing a graph's signature does).
+  std::string listed;
+  hana::for_each(hana::keys(G::inputs()), [&](auto name) { listed += std::string(hana::to<const char*>(name)) + ";"; });
+  CHECK((listed == "tok;x;" || listed == "x;tok;"));
+
+  // A feed with its dims written out: rank checked at compile time, dims at binding.
+  auto params = g.make_params<double>(1);
+  auto run = g.executor<double>(params);
+  const double xs[6] = {1, 2, 3, 4, 5, 6};
+  const std::int32_t ids[2] = {4, 0};
+  run.forward({g.feed<"x">(xs, {2, 3}), g.feed<"tok">(ids, {2})});
+  double want = 0;
+  for (int j = 0; j < 3; ++j) want += xs[j] * params.value("w")[4 * 3 + j] + xs[3 + j] * params.value("w")[j];
+  CHECK(run.output()[0] == Approx(want).epsilon(1e-12));
+  const auto hidden = g.output<"hidden">(run);
+  REQUIRE(hidden.dims.rank == 2);
+  CHECK(hidden.data[0] == Approx(xs[0] * params.value("w")[12]).epsilon(1e-12));
+  // Dims of the right rank but the wrong size are refused when the executor binds them.
+  CHECK_THROWS_AS(run.forward({g.feed<"x">(xs, {3, 2}), g.feed<"tok">(ids, {2})}), shape_error);
+  // g.feed<"tok">(ids, {1, 2}) and g.output<"hiden">(run) do not compile
+  // (tests/compile_fail/feed_wrong_rank.cpp, output_unknown_name.cpp).
 }

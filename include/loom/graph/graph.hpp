@@ -14,6 +14,7 @@
 #include "loom/core/params.hpp"
 #include "loom/graph/executor.hpp"
 #include "loom/graph/plan.hpp"
+#include "loom/graph/ports.hpp"
 
 namespace loom {
 
@@ -29,17 +30,6 @@ void init_params(const plan_view& plan, param_store<T>& store, std::uint64_t see
 template <class T>
 void init_params(const plan_view& plan, param_store<T>& store, std::uint64_t seed,
                  std::span<const std::pair<std::string_view, std::int64_t>> dims);
-
-namespace detail {
-/// Named predicates of graph::feed's checks, so that a failed static_assert prints the input's name.
-template <fixed_string Name, bool Found>
-inline constexpr bool graph_has_input = Found;
-template <fixed_string Name, dtype Want, class E>
-inline constexpr bool input_takes =
-    Want == dtype::real   ? std::is_same_v<E, float> || std::is_same_v<E, double>
-    : Want == dtype::i32 ? std::is_same_v<E, std::int32_t> || std::is_same_v<E, std::int64_t>
-                         : std::is_same_v<E, bool> || std::is_same_v<E, std::uint8_t>;
-}  // namespace detail
 
 /// The graph whose outputs are Outs...: a plan computed at compile time.
 template <class... Outs>
@@ -84,21 +74,49 @@ struct graph {
         return i;
     return -1;
   }
+  /// The graph's inputs as a compile-time map (Boost.Hana) from name to port<elem, rank>:
+  /// `hana::contains(g.inputs(), BOOST_HANA_STRING("tokens"))`, or iterate it with
+  /// hana::for_each to list what a graph takes. Built from the plan's names only.
+  static constexpr auto inputs() {
+    return detail::ports_map<data, true>(std::make_index_sequence<detail::port_nodes<data, true>().size()>{});
+  }
+  /// The graph's named outputs (named<"...">, read with executor::output("...")) as the same
+  /// kind of map.
+  static constexpr auto named_outputs() {
+    return detail::ports_map<data, false>(std::make_index_sequence<detail::port_nodes<data, false>().size()>{});
+  }
+  /// The port of input `Name` (a port<elem, rank> type); does not compile if there is none.
+  template <fixed_string Name>
+  using input_port = typename decltype(+inputs()[detail::hana_key<Name>()])::type;
+
   /// A feed for the graph's input `Name`, checked at compile time: a name the graph has no
   /// input of, or a tensor whose element type the input does not take (real: float or double;
-  /// int: int32 or int64; bool: bool or uint8), does not compile. The rank and dims are checked
-  /// when an executor binds it, as for any feed. `run.forward({g.feed<"x">(xs)})`.
+  /// int: int32 or int64; bool: bool or uint8), does not compile. The tensor's rank and dims
+  /// are checked when an executor binds it, as for any feed. `run.forward({g.feed<"x">(xs)})`.
   template <fixed_string Name, class E>
   static ::loom::feed feed(const tensor<E>& t) {
-    constexpr int at = input_named(Name.view());
-    static_assert(detail::graph_has_input<Name, (at >= 0)>, "feed<Name>: the graph has no input of this name");
-    if constexpr (at >= 0) {
-      constexpr dtype want = data.order[static_cast<std::size_t>(at)]->elem;
-      static_assert(detail::input_takes<Name, want, E>,
-                    "feed<Name>: the input does not take this element type (real: float or double; int: int32 or "
-                    "int64; bool: bool or uint8)");
-    }
+    check_feed<Name, E>();
     return ::loom::feed(std::string(Name.view()), t);
+  }
+  /// The same for values the caller keeps (borrowed: they must outlive backward()) with their
+  /// dims written out: the rank is checked at compile time too, so
+  /// `g.feed<"tokens">(ids.data(), {B, T})` does not compile when the input has three axes.
+  template <fixed_string Name, class E, std::size_t R>
+  static ::loom::feed feed(const E* values, const std::int64_t (&dims)[R]) {
+    check_feed<Name, E>();
+    if constexpr (has_input<Name>()) {
+      constexpr int want = input_port<Name>::rank;
+      static_assert(detail::input_rank_is<Name, want, R>, "feed<Name>: the input has another number of axes");
+    }
+    return ::loom::feed(std::string(Name.view()), tensor_view<const E>{values, dims_t(std::span<const std::int64_t>(dims, R))});
+  }
+  /// The value of the named output `Name` after forward (executor::output(name)); a name the
+  /// graph has no named output of does not compile.
+  template <fixed_string Name, class T>
+  static tensor_view<const T> output(const ::loom::executor<T>& run) {
+    static_assert(detail::graph_has_named_output<Name, boost::hana::contains(named_outputs(), detail::hana_key<Name>())>,
+                  "output<Name>: the graph has no named output of this name (named<\"...\">)");
+    return run.output(Name.view());
   }
   std::string dot() const { return to_dot(plan()); }
   /// The memory plan of an executor<T> with `options` for the given dims, without running
@@ -108,6 +126,22 @@ struct graph {
                             exec_options options = {}) const {
     param_store<T> none;
     return ::loom::executor<T>(plan(), none, options).memory_plan(dims);
+  }
+
+ private:
+  template <fixed_string Name>
+  static constexpr bool has_input() {
+    return boost::hana::contains(inputs(), detail::hana_key<Name>());
+  }
+  template <fixed_string Name, class E>
+  static constexpr void check_feed() {
+    static_assert(detail::graph_has_input<Name, has_input<Name>()>, "feed<Name>: the graph has no input of this name");
+    if constexpr (has_input<Name>()) {
+      constexpr dtype want = input_port<Name>::elem;
+      static_assert(detail::input_takes<Name, want, E>,
+                    "feed<Name>: the input does not take this element type (real: float or double; int: int32 or "
+                    "int64; bool: bool or uint8)");
+    }
   }
 };
 
