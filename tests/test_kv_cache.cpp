@@ -265,3 +265,53 @@ TEST_CASE("bad uses of the cache and of feeds with room say what is wrong and ch
     CHECK(cache.length() == 2);
   }
 }
+
+namespace {
+// A grouped-query block a user writes from the public pieces: 4 query heads share 2 key/value
+// heads of size 2 (k and v project D = 8 to 4), causal, and its decoding state made with
+// nn::kv_state. The same function builds the training graph (Cached = false) and the step.
+template <bool Cached>
+auto user_gqa_block() {
+  constexpr long H = 4, Hkv = 2, Dh = 2;
+  auto wq = param<"gqa.q.weight", shape<fix<H * Dh>, fix<D>>>();
+  auto wk = param<"gqa.k.weight", shape<fix<Hkv * Dh>, fix<D>>>();
+  auto wv = param<"gqa.v.weight", shape<fix<Hkv * Dh>, fix<D>>>();
+  auto heads = []<long N>(auto y) {  // [B, T, N·Dh] -> [B, N, T, Dh]
+    return transpose<0, 2, 1, 3>(reshape<shape<dyn<"B">, dyn<"T">, fix<N>, fix<Dh>>>(y));
+  };
+  auto q = heads.template operator()<H>(matmul<false, true>(X{}, wq));
+  auto k = heads.template operator()<Hkv>(matmul<false, true>(X{}, wk));
+  auto v = heads.template operator()<Hkv>(matmul<false, true>(X{}, wv));
+  auto attend = [&](auto keys, auto values) {
+    auto o = nn::attention<nn::attention_options{.enable_gqa = true}>(q, keys, values, nn::causal);  // [B, H, T, Dh]
+    return reshape<shape<dyn<"B">, dyn<"T">, fix<H * Dh>>>(transpose<0, 2, 1, 3>(o));
+  };
+  if constexpr (Cached) return attend(nn::kv_state<"gqa.cache_k">(k), nn::kv_state<"gqa.cache_v">(v));
+  else return attend(k, v);
+}
+}  // namespace
+
+TEST_CASE("a user-built grouped-query block decodes through kv_state and the cache as its full forward") {
+  auto full = make_graph(user_gqa_block<false>());
+  auto step = make_graph(user_gqa_block<true>());
+  auto params = full.make_params<double>(1);
+  test::randomize(params, 4);
+  const std::int64_t B = 2, T = 6;
+  auto x = test::random_tensor<double>({B, T, D}, 5);
+  auto run_full = full.executor<double>(params);
+  run_full.forward({{"x", x}});
+  const tensor<double> want(run_full.output());
+
+  nn::kv_cache<double> cache(step, B, T);
+  REQUIRE(cache.names() == std::vector<std::string>{"gqa.cache_k", "gqa.cache_v"});
+  auto run = step.executor<double>(params, {.inference = true});
+  std::int64_t t0 = 0;
+  for (std::int64_t n : {3, 1, 1, 1}) {
+    CHECK(nn::decode_step(run, cache, {{"x", rows(x, t0, n)}}) == n);
+    CHECK(rel_error<double>(run.output(), 0, want, t0, n) <= 1e-12);
+    t0 += n;
+  }
+  // The cache holds the 2 key/value heads, not 4: [B, Hkv, T, Dh].
+  const auto keys = cache.state("gqa.cache_k");
+  CHECK(keys.dims() == dims_t{B, 2, T, 2});
+}

@@ -297,6 +297,29 @@ inline constexpr auto memory_k_name = Layer + ".memory_k";
 template <fixed_string Layer>
 inline constexpr auto memory_v_name = Layer + ".memory_v";
 
+/// A cached state has rows [B, heads, T, head_dim]: four axes, the new positions on axis 2.
+template <class Rows>
+inline constexpr bool kv_rows_are_4d = Rows::rank == 4;
+
+/// The state of a decoding attention block, for blocks a user writes (grouped-query heads, rotated
+/// keys, any head count and size): the cached rows, the input `Name` [B, Hkv, P, d] — the shape
+/// of `rows` with its time axis replaced by the dim "P", the number of cached positions —
+/// followed by the step's new `rows` [B, Hkv, T, d], as the output `Name` [B, Hkv, P + T, d].
+/// An input and an output of one name make a state of the decoding graph (named.hpp), which
+/// nn::kv_cache finds, allocates, feeds and reads back; fed with room, the concat writes the new
+/// rows straight into the cache's storage. Keys rotated before kv_state (RoPE) are cached
+/// rotated. `auto keys = nn::kv_state<"l0.cache_k">(k_heads);` then attention(q, keys, values,
+/// nn::causal): the causal mask is offset by P by itself.
+template <fixed_string Name, class Rows>
+constexpr auto kv_state(Rows rows) {
+  using R = typename Rows::shape;
+  static_assert(kv_rows_are_4d<R>, "kv_state: rows must be [B, heads, T, head_dim]");
+  if constexpr (!kv_rows_are_4d<R>) return rows;
+  else
+    return named<Name>(
+        concat<2>(input<Name, shape<dim_at<R, 0>, dim_at<R, 1>, dyn<"P">, dim_at<R, 3>>>(), rows));
+}
+
 /// Multi-head attention: the heads H split the model dim D (D a multiple of H).
 template <class ModelDim, class Heads>
 inline constexpr bool heads_split_model_dim = Heads::value > 0 && ModelDim::value % Heads::value == 0;
@@ -405,22 +428,10 @@ constexpr auto heads_attention(QH qh, KH kh, VH vh, M... masks) {
       merge_heads(attention<attention_options{.dropout = O.dropout}>(qh, kh, vh, masks...)));
 }
 
-/// The cached keys or values of a layer, fed at each decoding step: [B, H, P, d_k], where P
-/// (the dim "P") is the number of cached positions.
-template <fixed_string Name, class X, int H>
-constexpr auto cache_input() {
-  using S = typename X::shape;
-  return input<Name, shape<dim_at<S, 0>, fix<H>, dyn<"P">, fix<dim_at<S, 2>::value / H>>>();
-}
-
-/// A layer's keys (or values) after a step: the cached ones, the input `Name` [B, H, P, d_k],
-/// followed by the step's new rows [B, H, T, d_k], as the output `Name` [B, H, P + T, d_k] — a
-/// state of the decoding graph (an input and an output of one name, see named.hpp) that
-/// nn::kv_cache feeds and reads back. Fed with room (feed::with_room), the concat writes the
-/// new rows straight into the cache's storage.
+/// A layer's keys (or values) after a step, for H heads of size D / H (see nn::kv_state).
 template <fixed_string Name, int H, class X, class Rows>
 constexpr auto cache_state(Rows rows) {
-  return named<Name>(concat<2>(cache_input<Name, X, H>(), rows));
+  return kv_state<Name>(rows);
 }
 
 /// Projected encoder memory for cached cross-attention: [B, H, S, d_k].
