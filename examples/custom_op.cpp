@@ -39,18 +39,17 @@ inline std::int64_t rows_of(const void*, const loom::dims_t& out, std::span<cons
 }
 
 // Name, traits and kernels, compiled once whatever eps is.
-struct rms_norm_def : loom::op_def<rms_norm_def> {
-  static constexpr std::string_view name = "example.rms_norm";  // the op's identity: keep it unique
+// The name (the op's identity: keep it unique) is op_def's argument; the traits are a member
+// because one of them is a function's address.
+struct rms_norm_def : loom::op_def<rms_norm_def, "example.rms_norm"> {
   static constexpr loom::op_traits traits{
       .writes_fresh = true,                   // backward stores (=) on a gradient's first contribution
       .can_run_in_place = true,               // forward reads a whole row before writing it
       .backward_reads = loom::reads({0, 1}),  // x and w: y may be freed after its last reader
       .scratch_elements = &rows_of,           // op_args::scratch in backward
   };
-  template <class T>
-  static void forward(const loom::op_args<T>& a);
-  template <class T>
-  static void backward(const loom::op_args<T>& a);
+  template <class T> static void forward(const loom::op_args<T>& a);
+  template <class T> static void backward(const loom::op_args<T>& a);
 };
 
 // w is a vector [D] of x's last dim D (a failed static_assert shows both shapes).

@@ -234,6 +234,15 @@ using shape_head = typename detail::take_impl<S, std::make_index_sequence<N>>::t
 template <class S, int N>
 using shape_tail =
     typename detail::take_impl<S, typename detail::offset_seq<N, std::make_index_sequence<S::rank - N>>::type>::type;
+/// True when Lead is S without its last axis: per-row indices of S (cross-entropy's targets of
+/// logits [.., V], positions of x [.., T, D]).
+template <class S, class Lead>
+inline constexpr bool is_leading_shape = [] {
+  if constexpr (S::rank < 1 || Lead::rank != S::rank - 1)
+    return false;
+  else
+    return std::is_same_v<shape_head<S, S::rank - 1>, Lead>;
+}();
 /// The dims of A followed by those of B.
 template <class A, class B>
 using shape_cat = typename detail::shape_cat_impl<A, B>::type;

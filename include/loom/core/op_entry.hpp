@@ -1,22 +1,25 @@
-// An op is one declaration: a struct that derives from op_def<Self> and states the op's name,
-// traits, shape rule, attributes and kernels. Everything else follows from it: its entry
-// (entry_of<Op>, what the executor, planners, DOT writer and gradcheck read), its stable id (a
-// hash of the name), its registration (registered_ops()), and its builder (op_fn, node.hpp).
+// An op is one declaration: a struct that derives from op_def<Self, "name", traits> and states
+// the kernels, and the shape rule when the output does not simply have input 0's shape.
+// Everything else follows from it: its entry (entry_of<Op>, what the executor, planners, DOT
+// writer and gradcheck read), its stable id (a hash of the name), its registration
+// (registered_ops()), and its builder (op_fn, node.hpp).
 //
-//   struct silu_op : op_def<silu_op> {
-//     static constexpr std::string_view name = "silu";
-//     static constexpr op_traits traits{.writes_fresh = true, .backward_reads = reads({0})};
-//     template <class X> struct rule { using type = X; };          // the output shape
-//     template <class T> static void forward(const op_args<T>& a);  // a.out = f(a.input(0))
-//     template <class T> static void backward(const op_args<T>& a); // a.grad(0) (+)= ...
+//   struct silu_op : op_def<silu_op, "silu", in_place_traits_reading(reads({0}))> {
+//     template <class T> static void forward(const op_args<T>& a);   // a.out = f(a.input(0))
+//     template <class T> static void backward(const op_args<T>& a);  // a.grad(0) (+)= ...
 //   };
 //   inline constexpr op_fn<silu_op> silu{};                          // silu(x) builds the node
 //
-// An op with compile-time attributes is a template deriving from a plain definition (which
-// holds the name, traits and kernels, so its kernels are compiled once, not per attribute
-// value) and adds `static constexpr Attrs attrs{...}` and its rule: see scale.hpp. The
-// kernel interface (op_args, the parallel loops) is core/kernel.hpp; a pointwise op is a scalar
-// function and its derivative (ops/pointwise.hpp). docs/extending.md walks through an example.
+// The name and traits may instead be members of the struct (`static constexpr
+// std::string_view name = "silu";`, `static constexpr op_traits traits{...};`); traits that
+// hold a function's address (reads_strided, saved_elements, ...) must be the member, as GCC
+// does not take such a value as a template argument. A `template <class... S> struct rule {
+// using type = ...; };` member replaces the default rule (same_shape). An op with compile-time attributes is a template deriving from a plain
+// definition (which holds the name, traits and kernels, so its kernels are compiled once, not
+// per attribute value) and adds `static constexpr Attrs attrs{...}` and its rule: see
+// concat.hpp. The kernel interface (op_args, the parallel loops) is core/kernel.hpp; a
+// pointwise op is a scalar function and its derivative (ops/pointwise.hpp).
+// docs/extending.md walks through an example.
 #pragma once
 
 #include <cstdint>
@@ -25,6 +28,8 @@
 #include <string_view>
 #include <type_traits>
 #include <vector>
+
+#include "loom/core/fixed_string.hpp"
 
 namespace loom {
 
@@ -114,6 +119,23 @@ struct op_traits {
   bool fused = false;
 };
 
+/// Traits shared by many ops (op_def<D, "name", in_place_traits>). in_place_traits: forward
+/// may run in place, backward may write input 0's gradient over dy and stores its first
+/// contribution, and backward reads no value (add, scale, mask_causal).
+inline constexpr op_traits in_place_traits{.writes_fresh = true, .can_run_in_place = true, .backward_in_place = true};
+
+/// in_place_traits for a backward that reads the values of `inputs` and, when `output`, the
+/// op's own value (silu: in_place_traits_reading(reads({0}))).
+constexpr op_traits in_place_traits_reading(input_set inputs, bool output = false) {
+  op_traits t = in_place_traits;
+  t.backward_reads = inputs;
+  t.backward_reads_output = output;
+  return t;
+}
+
+/// in_place_traits for a backward that reads the op's own value only (relu, softmax).
+inline constexpr op_traits in_place_traits_reading_output = in_place_traits_reading(0, true);
+
 /// An op as the rest of loom sees it: its traits, name, id, role and kernels. Made from an
 /// op's declaration by entry_of<Op>; never written by hand.
 struct op_entry : op_traits {
@@ -163,8 +185,14 @@ constexpr op_kernels<T> kernels_from() {
 }
 
 template <class D>
+constexpr bool has_name = [] {
+  if constexpr (requires { std::string_view(D::name); }) return !std::string_view(D::name).empty();
+  else return false;
+}();
+
+template <class D>
 constexpr op_entry make_entry() {
-  static_assert(requires { std::string_view(D::name); }, "an op declares its name: static constexpr std::string_view name");
+  static_assert(has_name<D>, "an op declares its name: op_def<Self, \"name\"> or static constexpr std::string_view name");
   static_assert(requires { static_cast<kernel_fn<float>>(&D::forward); static_cast<kernel_fn<double>>(&D::backward); } ||
                     requires { &D::template forward<float>; &D::template backward<double>; },
                 "an op declares template <class T> static void forward(const op_args<T>&) and backward(...)");
@@ -204,19 +232,27 @@ inline const op_registration registration_of{&entry_address<D>};
 void check_op_ids();
 }  // namespace detail
 
-/// The base of an op's declaration (see the top of this file): registers the op and names
-/// its definition (`def`), which node types use to find the entry.
-template <class D>
-struct op_def {
-  using def = D;
-  static_assert(&detail::registration_of<D> == &detail::registration_of<D>);  // odr-use: registers D
-};
-
-/// The shape rule of an op whose output has its first input's shape:
-/// `template <class S> using rule = same_shape<S>;` in the op's declaration.
+/// The shape rule of an op whose output has its first input's shape (op_def's default rule).
 template <class S, class...>
 struct same_shape {
   using type = S;
+};
+
+/// The base of an op's declaration (see the top of this file): registers the op, names its
+/// definition (`def`, which node types use to find the entry) and holds what D leaves out:
+///   name    Name ("silu"); empty when D declares `static constexpr std::string_view name`.
+///   traits  Traits; all off when not given. D's own `static constexpr op_traits traits`
+///           takes their place.
+///   rule    same_shape: the output has input 0's shape. A `rule` member template of D (or of
+///           the attributed op deriving from D) takes its place.
+template <class D, fixed_string Name = "", op_traits Traits = op_traits{}>
+struct op_def {
+  using def = D;
+  static constexpr std::string_view name = Name.view();
+  static constexpr op_traits traits = Traits;
+  template <class... S>
+  using rule = same_shape<S...>;
+  static_assert(&detail::registration_of<D> == &detail::registration_of<D>);  // odr-use: registers D
 };
 
 /// The entry of an op type: an op_def's (or that of the definition an attributed op derives from).

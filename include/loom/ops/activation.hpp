@@ -9,31 +9,14 @@
 
 namespace loom {
 
-struct relu_op : op_def<relu_op> {
-  static constexpr std::string_view name = "relu";
-  static constexpr op_traits traits{
-      .writes_fresh = true,
-      .can_run_in_place = true,
-      .backward_in_place = true,
-      .backward_reads_output = true,
-  };
-  template <class T>
-  static void forward(const op_args<T>& a);  // ops/activation.cpp
-  template <class T>
-  static void backward(const op_args<T>& a);
-  template <class S>
-  using rule = same_shape<S>;
+struct relu_op : op_def<relu_op, "relu", in_place_traits_reading_output> {
+  template <class T> static void forward(const op_args<T>& a);  // ops/activation.cpp
+  template <class T> static void backward(const op_args<T>& a);
 };
 
-struct gelu_op : op_def<gelu_op> {
-  static constexpr std::string_view name = "gelu";
-  static constexpr op_traits traits{.can_run_in_place = true, .backward_reads = reads({0})};
-  template <class T>
-  static void forward(const op_args<T>& a);  // ops/activation.cpp
-  template <class T>
-  static void backward(const op_args<T>& a);
-  template <class S>
-  using rule = same_shape<S>;
+struct gelu_op : op_def<gelu_op, "gelu", op_traits{.can_run_in_place = true, .backward_reads = reads({0})}> {
+  template <class T> static void forward(const op_args<T>& a);  // ops/activation.cpp
+  template <class T> static void backward(const op_args<T>& a);
 };
 
 /// max(x, 0), elementwise; shape unchanged.

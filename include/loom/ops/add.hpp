@@ -17,39 +17,37 @@ inline constexpr bool is_shape_suffix = [] {
   else return std::is_same_v<shape_tail<A, A::rank - B::rank>, B>;
 }();
 
-struct add_op : op_def<add_op> {
-  static constexpr std::string_view name = "add";
-  static constexpr op_traits traits{.writes_fresh = true, .can_run_in_place = true, .backward_in_place = true};
-  template <class T>
-  static void forward(const op_args<T>& a);  // ops/add.cpp
-  template <class T>
-  static void backward(const op_args<T>& a);
-  template <class A, class B>
-  using rule = broadcast_rule<add_op, A, B>;
+struct add_op : op_def<add_op, "add", in_place_traits> {
+  template <class T> static void forward(const op_args<T>& a);  // ops/add.cpp
+  template <class T> static void backward(const op_args<T>& a);
+  template <class A, class B> using rule = broadcast_rule<add_op, A, B>;
 };
 
 /// a + b elementwise, the two broadcast together (NumPy's rule): [B, T, D] + [D], [B, H, T, S] +
 /// [B, 1, T, S]. Shapes that do not broadcast do not compile (the message names both).
 inline constexpr op_fn<add_op> add{};
 
+namespace detail {
+/// op(a, b) with the operand of higher rank first, for a commutative op's operator: the other
+/// broadcasts onto it.
+template <class Op, class A, class B>
+constexpr auto higher_rank_first(op_fn<Op> op, A a, B b) {
+  if constexpr (A::shape::rank >= B::shape::rank) return op(a, b);
+  else return op(b, a);
+}
+}  // namespace detail
+
 /// a + b for nodes (add).
 template <class A, class B>
   requires(is_node<A> && is_node<B>)
 constexpr auto operator+(A a, B b) {
-  if constexpr (A::shape::rank >= B::shape::rank) return add(a, b);
-  else return add(b, a);
+  return detail::higher_rank_first(add, a, b);
 }
 
-struct sum_op : op_def<sum_op> {
-  static constexpr std::string_view name = "sum";
-  template <class T>
-  static void forward(const op_args<T>& a);  // ops/add.cpp
-  template <class T>
-  static void backward(const op_args<T>& a);
-  template <class S>
-  struct rule {
-    using type = shape<>;
-  };
+struct sum_op : op_def<sum_op, "sum"> {
+  template <class T> static void forward(const op_args<T>& a);  // ops/add.cpp
+  template <class T> static void backward(const op_args<T>& a);
+  template <class S> struct rule { using type = shape<>; };
 };
 
 /// The sum of every element: a scalar (shape<>), e.g. to make a loss for tests.

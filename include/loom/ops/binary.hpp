@@ -15,48 +15,35 @@
 
 namespace loom {
 
-struct sub_op : op_def<sub_op> {
-  static constexpr std::string_view name = "sub";
-  static constexpr op_traits traits{.writes_fresh = true, .can_run_in_place = true, .backward_in_place = true};
-  template <class T>
-  static void forward(const op_args<T>& a);  // ops/binary.cpp
-  template <class T>
-  static void backward(const op_args<T>& a);
-  template <class A, class B>
-  using rule = broadcast_rule<sub_op, A, B>;
+struct sub_op : op_def<sub_op, "sub", in_place_traits> {
+  template <class T> static void forward(const op_args<T>& a);  // ops/binary.cpp
+  template <class T> static void backward(const op_args<T>& a);
+  template <class A, class B> using rule = broadcast_rule<sub_op, A, B>;
 };
 
-struct div_op : op_def<div_op> {
-  static constexpr std::string_view name = "div";
-  static constexpr op_traits traits{.writes_fresh = true, .can_run_in_place = true, .backward_reads = reads({0, 1})};
-  template <class T>
-  static void forward(const op_args<T>& a);  // ops/binary.cpp
-  template <class T>
-  static void backward(const op_args<T>& a);
-  template <class A, class B>
-  using rule = broadcast_rule<div_op, A, B>;
+namespace detail {
+/// The traits of div, maximum and minimum: forward may run in place, backward stores its
+/// first contribution and reads both operands.
+inline constexpr op_traits binary_traits_reading_operands{
+    .writes_fresh = true, .can_run_in_place = true, .backward_reads = reads({0, 1})};
+}  // namespace detail
+
+struct div_op : op_def<div_op, "div", detail::binary_traits_reading_operands> {
+  template <class T> static void forward(const op_args<T>& a);  // ops/binary.cpp
+  template <class T> static void backward(const op_args<T>& a);
+  template <class A, class B> using rule = broadcast_rule<div_op, A, B>;
 };
 
-struct maximum_op : op_def<maximum_op> {
-  static constexpr std::string_view name = "maximum";
-  static constexpr op_traits traits{.writes_fresh = true, .can_run_in_place = true, .backward_reads = reads({0, 1})};
-  template <class T>
-  static void forward(const op_args<T>& a);  // ops/binary.cpp
-  template <class T>
-  static void backward(const op_args<T>& a);
-  template <class A, class B>
-  using rule = broadcast_rule<maximum_op, A, B>;
+struct maximum_op : op_def<maximum_op, "maximum", detail::binary_traits_reading_operands> {
+  template <class T> static void forward(const op_args<T>& a);  // ops/binary.cpp
+  template <class T> static void backward(const op_args<T>& a);
+  template <class A, class B> using rule = broadcast_rule<maximum_op, A, B>;
 };
 
-struct minimum_op : op_def<minimum_op> {
-  static constexpr std::string_view name = "minimum";
-  static constexpr op_traits traits = maximum_op::traits;
-  template <class T>
-  static void forward(const op_args<T>& a);  // ops/binary.cpp
-  template <class T>
-  static void backward(const op_args<T>& a);
-  template <class A, class B>
-  using rule = broadcast_rule<minimum_op, A, B>;
+struct minimum_op : op_def<minimum_op, "minimum", detail::binary_traits_reading_operands> {
+  template <class T> static void forward(const op_args<T>& a);  // ops/binary.cpp
+  template <class T> static void backward(const op_args<T>& a);
+  template <class A, class B> using rule = broadcast_rule<minimum_op, A, B>;
 };
 
 /// a − b elementwise, the two broadcast together (NumPy's rule); also `a - b` for nodes.

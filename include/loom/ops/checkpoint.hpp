@@ -20,17 +20,11 @@ namespace loom {
 template <class... X>
 inline constexpr bool checkpoint_operands = (is_node<X> && ...);
 
-struct checkpoint_op : op_def<checkpoint_op> {
-  static constexpr std::string_view name = "checkpoint";
-  static constexpr op_traits traits{.is_view = true, .writes_fresh = true, .bounds_recompute = true};
-  template <class T>
-  static void forward(const op_args<T>& a);  // ops/checkpoint.cpp
-  template <class T>
-  static void backward(const op_args<T>& a);
-  template <class Y, class... X>
-  struct rule {
-    using type = Y;
-  };
+/// checkpoint(y, x...) has y's shape: op_def's default rule (input 0's shape).
+struct checkpoint_op
+    : op_def<checkpoint_op, "checkpoint", op_traits{.is_view = true, .writes_fresh = true, .bounds_recompute = true}> {
+  template <class T> static void forward(const op_args<T>& a);  // ops/checkpoint.cpp
+  template <class T> static void backward(const op_args<T>& a);
 };
 
 /// y, marked as the output of a block whose inputs are x...: with exec_options::recompute the

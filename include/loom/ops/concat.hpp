@@ -65,17 +65,14 @@ constexpr bool concat_appends_to_input(const node_desc& node) {
 }
 
 /// concat's declaration: name, traits and kernels (compiled once, whatever the attributes).
-struct concat_def : op_def<concat_def> {
-  static constexpr std::string_view name = "concat";
+struct concat_def : op_def<concat_def, "concat"> {
   static constexpr op_traits traits{
       .reads_strided = &concat_reads_strided,
       .appends_to_input = &concat_appends_to_input,
       .writes_fresh = true,
   };
-  template <class T>
-  static void forward(const op_args<T>& a);  // ops/concat.cpp
-  template <class T>
-  static void backward(const op_args<T>& a);
+  template <class T> static void forward(const op_args<T>& a);  // ops/concat.cpp
+  template <class T> static void backward(const op_args<T>& a);
 };
 
 template <int Axis>
@@ -117,14 +114,10 @@ BOOST_HANA_ADAPT_STRUCT(loom::slice_attrs, axis, begin, size);
 namespace loom {
 
 /// slice's declaration: name, traits and kernels (compiled once, whatever the attributes).
-struct slice_def : op_def<slice_def> {
-  static constexpr std::string_view name = "slice";
-  template <class T>
-  static void forward(const op_args<T>& a);  // ops/concat.cpp
-  template <class T>
-  static void backward(const op_args<T>& a);
-  template <class T>
-  static void check(const op_args<T>& a);
+struct slice_def : op_def<slice_def, "slice"> {
+  template <class T> static void forward(const op_args<T>& a);  // ops/concat.cpp
+  template <class T> static void backward(const op_args<T>& a);
+  template <class T> static void check(const op_args<T>& a);
 };
 
 template <int Axis, class Begin, class Size>

@@ -19,12 +19,7 @@ namespace loom {
 
 /// True when targets [..] are the leading dims of logits [.., V].
 template <class Logits, class Target>
-inline constexpr bool targets_fit = [] {
-  if constexpr (Logits::rank < 1 || Target::rank != Logits::rank - 1)
-    return false;
-  else
-    return std::is_same_v<shape_head<Logits, Logits::rank - 1>, Target>;
-}();
+inline constexpr bool targets_fit = is_leading_shape<Logits, Target>;
 
 /// cross_entropy's attributes (stored in its node's descriptor, read by its kernels).
 struct cross_entropy_attrs {
@@ -36,13 +31,10 @@ BOOST_HANA_ADAPT_STRUCT(loom::cross_entropy_attrs, ignore_index, label_smoothing
 namespace loom {
 
 /// cross_entropy's declaration: name, traits and kernels (compiled once, whatever the attributes).
-struct cross_entropy_def : op_def<cross_entropy_def> {
-  static constexpr std::string_view name = "cross_entropy";
-  static constexpr op_traits traits{.writes_fresh = true, .backward_reads = reads({0, 1})};
-  template <class T>
-  static void forward(const op_args<T>& a);  // ops/cross_entropy.cpp
-  template <class T>
-  static void backward(const op_args<T>& a);
+struct cross_entropy_def
+    : op_def<cross_entropy_def, "cross_entropy", op_traits{.writes_fresh = true, .backward_reads = reads({0, 1})}> {
+  template <class T> static void forward(const op_args<T>& a);  // ops/cross_entropy.cpp
+  template <class T> static void backward(const op_args<T>& a);
 };
 
 template <long IgnoreIndex, double LabelSmoothing>

@@ -32,13 +32,9 @@ BOOST_HANA_ADAPT_STRUCT(loom::dropout_attrs, p);
 namespace loom {
 
 /// dropout's declaration: name, traits and kernels (compiled once, whatever the attributes).
-struct dropout_def : op_def<dropout_def> {
-  static constexpr std::string_view name = "dropout";
-  static constexpr op_traits traits{.can_run_in_place = true, .backward_reads = reads({1})};
-  template <class T>
-  static void forward(const op_args<T>& a);  // ops/dropout.cpp
-  template <class T>
-  static void backward(const op_args<T>& a);
+struct dropout_def : op_def<dropout_def, "dropout", op_traits{.can_run_in_place = true, .backward_reads = reads({1})}> {
+  template <class T> static void forward(const op_args<T>& a);  // ops/dropout.cpp
+  template <class T> static void backward(const op_args<T>& a);
 };
 
 template <double P>

@@ -14,13 +14,9 @@ namespace loom {
 template <class W>
 inline constexpr bool is_embedding_table = W::rank == 2;
 
-struct embedding_op : op_def<embedding_op> {
-  static constexpr std::string_view name = "embedding";
-  static constexpr op_traits traits{.backward_reads = reads({0})};
-  template <class T>
-  static void forward(const op_args<T>& a);  // ops/embedding.cpp
-  template <class T>
-  static void backward(const op_args<T>& a);
+struct embedding_op : op_def<embedding_op, "embedding", op_traits{.backward_reads = reads({0})}> {
+  template <class T> static void forward(const op_args<T>& a);  // ops/embedding.cpp
+  template <class T> static void backward(const op_args<T>& a);
   template <class Tok, class W>
   struct rule {
     static_assert(is_embedding_table<W>, "embedding: the weight must be a table [V, D]");

@@ -41,8 +41,7 @@ BOOST_HANA_ADAPT_STRUCT(loom::layer_norm_attrs, eps);
 namespace loom {
 
 /// layer_norm's declaration: name, traits and kernels (compiled once, whatever the attributes).
-struct layer_norm_def : op_def<layer_norm_def> {
-  static constexpr std::string_view name = "layer_norm";
+struct layer_norm_def : op_def<layer_norm_def, "layer_norm"> {
   static constexpr op_traits traits{
       .writes_fresh = true,
       .can_run_in_place = true,
@@ -50,10 +49,8 @@ struct layer_norm_def : op_def<layer_norm_def> {
       .saved_elements = &ops::layer_norm_saved,
       .scratch_elements = &ops::layer_norm_scratch,
   };
-  template <class T>
-  static void forward(const op_args<T>& a);  // ops/layer_norm.cpp
-  template <class T>
-  static void backward(const op_args<T>& a);
+  template <class T> static void forward(const op_args<T>& a);  // ops/layer_norm.cpp
+  template <class T> static void backward(const op_args<T>& a);
 };
 
 template <double Eps>

@@ -27,13 +27,9 @@
 
 namespace loom {
 
-struct mask_causal_op : op_def<mask_causal_op> {
-  static constexpr std::string_view name = "mask_causal";
-  static constexpr op_traits traits{.writes_fresh = true, .can_run_in_place = true, .backward_in_place = true};
-  template <class T>
-  static void forward(const op_args<T>& a);  // ops/mask.cpp
-  template <class T>
-  static void backward(const op_args<T>& a);
+struct mask_causal_op : op_def<mask_causal_op, "mask_causal", in_place_traits> {
+  template <class T> static void forward(const op_args<T>& a);  // ops/mask.cpp
+  template <class T> static void backward(const op_args<T>& a);
   template <class S>
   struct rule {
     static_assert(S::rank >= 2, "mask_causal: scores need at least two axes [.., T, S]");
@@ -54,18 +50,9 @@ BOOST_HANA_ADAPT_STRUCT(loom::mask_padding_attrs, left);
 namespace loom {
 
 /// mask_padding's declaration: name, traits and kernels (compiled once, whatever the attributes).
-struct mask_padding_def : op_def<mask_padding_def> {
-  static constexpr std::string_view name = "mask_padding";
-  static constexpr op_traits traits{
-      .writes_fresh = true,
-      .can_run_in_place = true,
-      .backward_in_place = true,
-      .backward_reads = reads({1}),
-  };
-  template <class T>
-  static void forward(const op_args<T>& a);  // ops/mask.cpp
-  template <class T>
-  static void backward(const op_args<T>& a);
+struct mask_padding_def : op_def<mask_padding_def, "mask_padding", in_place_traits_reading(reads({1}))> {
+  template <class T> static void forward(const op_args<T>& a);  // ops/mask.cpp
+  template <class T> static void backward(const op_args<T>& a);
 };
 
 template <bool Left>
@@ -118,18 +105,9 @@ BOOST_HANA_ADAPT_STRUCT(loom::mask_bool_attrs, lead);
 namespace loom {
 
 /// mask_bool's declaration: name, traits and kernels (compiled once, whatever the attributes).
-struct mask_bool_def : op_def<mask_bool_def> {
-  static constexpr std::string_view name = "mask_bool";
-  static constexpr op_traits traits{
-      .writes_fresh = true,
-      .can_run_in_place = true,
-      .backward_in_place = true,
-      .backward_reads = reads({1}),
-  };
-  template <class T>
-  static void forward(const op_args<T>& a);  // ops/mask.cpp
-  template <class T>
-  static void backward(const op_args<T>& a);
+struct mask_bool_def : op_def<mask_bool_def, "mask_bool", in_place_traits_reading(reads({1}))> {
+  template <class T> static void forward(const op_args<T>& a);  // ops/mask.cpp
+  template <class T> static void backward(const op_args<T>& a);
 };
 
 template <int Lead>

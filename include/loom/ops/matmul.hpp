@@ -40,17 +40,14 @@ namespace loom {
 constexpr bool matmul_reads_strided(const node_desc&, int) { return true; }
 
 /// matmul's declaration: name, traits and kernels (compiled once, whatever the attributes).
-struct matmul_def : op_def<matmul_def> {
-  static constexpr std::string_view name = "matmul";
+struct matmul_def : op_def<matmul_def, "matmul"> {
   static constexpr op_traits traits{
       .reads_strided = &matmul_reads_strided,
       .writes_fresh = true,
       .backward_reads = reads({0, 1}),
   };
-  template <class T>
-  static void forward(const op_args<T>& a);  // ops/matmul.cpp
-  template <class T>
-  static void backward(const op_args<T>& a);
+  template <class T> static void forward(const op_args<T>& a);  // ops/matmul.cpp
+  template <class T> static void backward(const op_args<T>& a);
 };
 
 template <bool TransA, bool TransB>

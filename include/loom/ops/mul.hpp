@@ -8,15 +8,10 @@
 
 namespace loom {
 
-struct mul_op : op_def<mul_op> {
-  static constexpr std::string_view name = "mul";
-  static constexpr op_traits traits{.can_run_in_place = true, .backward_reads = reads({0, 1})};
-  template <class T>
-  static void forward(const op_args<T>& a);  // ops/mul.cpp
-  template <class T>
-  static void backward(const op_args<T>& a);
-  template <class A, class B>
-  using rule = broadcast_rule<mul_op, A, B>;
+struct mul_op : op_def<mul_op, "mul", op_traits{.can_run_in_place = true, .backward_reads = reads({0, 1})}> {
+  template <class T> static void forward(const op_args<T>& a);  // ops/mul.cpp
+  template <class T> static void backward(const op_args<T>& a);
+  template <class A, class B> using rule = broadcast_rule<mul_op, A, B>;
 };
 
 /// a ⊙ b elementwise, the two broadcast together (NumPy's rule). Shapes that do not broadcast
@@ -27,8 +22,7 @@ inline constexpr op_fn<mul_op> mul{};
 template <class A, class B>
   requires(is_node<A> && is_node<B>)
 constexpr auto operator*(A a, B b) {
-  if constexpr (A::shape::rank >= B::shape::rank) return mul(a, b);
-  else return mul(b, a);
+  return detail::higher_rank_first(mul, a, b);
 }
 
 }  // namespace loom

@@ -15,22 +15,17 @@
 namespace loom {
 
 /// named's declaration: name, traits and kernels (compiled once, whatever the attributes).
-struct named_def : op_def<named_def> {
-  static constexpr std::string_view name = "named";
-  static constexpr op_traits traits{.is_view = true, .writes_fresh = true, .is_named_output = true};
-  template <class T>
-  static void forward(const op_args<T>& a);  // ops/named.cpp
-  template <class T>
-  static void backward(const op_args<T>& a);
+struct named_def
+    : op_def<named_def, "named", op_traits{.is_view = true, .writes_fresh = true, .is_named_output = true}> {
+  template <class T> static void forward(const op_args<T>& a);  // ops/named.cpp
+  template <class T> static void backward(const op_args<T>& a);
 };
 
-/// The op of named<Name>(x): identity, with the name in the node's descriptor.
+/// The op of named<Name>(x): identity (x's shape), with the name in the node's descriptor.
 template <fixed_string Name>
 struct named_op : named_def {
   static_assert(Name.length > 0, "named<\"\">: a named output needs a name");
   static constexpr std::string_view output_name = Name.view();
-  template <class S>
-  using rule = same_shape<S>;
 };
 
 /// x under the name `Name`: kept after forward and read with executor::output(Name).

@@ -36,15 +36,7 @@ template <class D, pointwise_reads R = pointwise_reads::input>
 struct pointwise : op_def<D> {
   static constexpr bool reads_x = R == pointwise_reads::input || R == pointwise_reads::both;
   static constexpr bool reads_y = R == pointwise_reads::output || R == pointwise_reads::both;
-  static constexpr op_traits traits{
-      .writes_fresh = true,
-      .can_run_in_place = true,
-      .backward_in_place = true,
-      .backward_reads = reads_x ? reads({0}) : input_set{0},
-      .backward_reads_output = reads_y,
-  };
-  template <class S>
-  using rule = same_shape<S>;
+  static constexpr op_traits traits = in_place_traits_reading(reads_x ? reads({0}) : input_set{0}, reads_y);
   /// y = f(x) over every element. (One function per scalar type, not a template, so that an
   /// explicit instantiation of pointwise<D, R> compiles them all.)
   static void forward(const op_args<float>& a);

@@ -18,12 +18,7 @@ namespace loom {
 
 /// True when positions [.., T] are the leading dims of x [.., T, D].
 template <class X, class Pos>
-inline constexpr bool positions_fit = [] {
-  if constexpr (X::rank < 1 || Pos::rank != X::rank - 1)
-    return false;
-  else
-    return std::is_same_v<shape_head<X, X::rank - 1>, Pos>;
-}();
+inline constexpr bool positions_fit = is_leading_shape<X, Pos>;
 
 /// positional_encoding's attributes (stored in its node's descriptor, read by its kernels).
 struct positional_encoding_attrs {
@@ -34,13 +29,9 @@ BOOST_HANA_ADAPT_STRUCT(loom::positional_encoding_attrs, with_positions);
 namespace loom {
 
 /// positional_encoding's declaration: name, traits and kernels (compiled once, whatever the attributes).
-struct positional_encoding_def : op_def<positional_encoding_def> {
-  static constexpr std::string_view name = "positional_encoding";
-  static constexpr op_traits traits{.writes_fresh = true, .can_run_in_place = true, .backward_in_place = true};
-  template <class T>
-  static void forward(const op_args<T>& a);  // ops/positional_encoding.cpp
-  template <class T>
-  static void backward(const op_args<T>& a);
+struct positional_encoding_def : op_def<positional_encoding_def, "positional_encoding", in_place_traits> {
+  template <class T> static void forward(const op_args<T>& a);  // ops/positional_encoding.cpp
+  template <class T> static void backward(const op_args<T>& a);
 };
 
 template <bool WithPositions>

@@ -66,13 +66,9 @@ struct axis_reduction : Def {
 // ---- reduce_sum
 
 /// reduce_sum's declaration: name, traits and kernels (compiled once, whatever the axis).
-struct reduce_sum_def : op_def<reduce_sum_def> {
-  static constexpr std::string_view name = "reduce_sum";
-  static constexpr op_traits traits{.writes_fresh = true};
-  template <class T>
-  static void forward(const op_args<T>& a);  // ops/reduction.cpp
-  template <class T>
-  static void backward(const op_args<T>& a);
+struct reduce_sum_def : op_def<reduce_sum_def, "reduce_sum", op_traits{.writes_fresh = true}> {
+  template <class T> static void forward(const op_args<T>& a);  // ops/reduction.cpp
+  template <class T> static void backward(const op_args<T>& a);
 };
 
 template <int Axis, bool KeepDim>
@@ -89,13 +85,9 @@ constexpr node<reduce_sum_op<Axis, KeepDim>, X> reduce_sum(X) {
 // ---- mean
 
 /// mean's declaration: name, traits and kernels (compiled once, whatever the axis).
-struct mean_def : op_def<mean_def> {
-  static constexpr std::string_view name = "mean";
-  static constexpr op_traits traits{.writes_fresh = true};
-  template <class T>
-  static void forward(const op_args<T>& a);  // ops/reduction.cpp
-  template <class T>
-  static void backward(const op_args<T>& a);
+struct mean_def : op_def<mean_def, "mean", op_traits{.writes_fresh = true}> {
+  template <class T> static void forward(const op_args<T>& a);  // ops/reduction.cpp
+  template <class T> static void backward(const op_args<T>& a);
 };
 
 template <int Axis, bool KeepDim>
@@ -112,20 +104,12 @@ constexpr node<mean_op<Axis, KeepDim>, X> mean(X) {
 // ---- amax
 
 /// amax's declaration: name, traits and kernels (compiled once, whatever the axis).
-struct amax_def : op_def<amax_def> {
-  static constexpr std::string_view name = "amax";
-  static constexpr op_traits traits{
-      .writes_fresh = true,
-      .backward_reads = reads({0}),
-      .backward_reads_output = true,
-  };
-  template <class T>
-  static void forward(const op_args<T>& a);  // ops/reduction.cpp
-  template <class T>
-  static void backward(const op_args<T>& a);
+struct amax_def : op_def<amax_def, "amax",
+                         op_traits{.writes_fresh = true, .backward_reads = reads({0}), .backward_reads_output = true}> {
+  template <class T> static void forward(const op_args<T>& a);  // ops/reduction.cpp
+  template <class T> static void backward(const op_args<T>& a);
   /// Throws shape_error when the axis has size 0 (a max over nothing).
-  template <class T>
-  static void check(const op_args<T>& a);
+  template <class T> static void check(const op_args<T>& a);
 };
 
 template <int Axis, bool KeepDim>

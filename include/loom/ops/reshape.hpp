@@ -51,13 +51,9 @@ inline constexpr bool reshape_preserves_size = [] {
 }();
 
 /// reshape's declaration: name, traits and kernels (compiled once, whatever the attributes).
-struct reshape_def : op_def<reshape_def> {
-  static constexpr std::string_view name = "reshape";
-  static constexpr op_traits traits{.is_view = true, .writes_fresh = true};
-  template <class T>
-  static void forward(const op_args<T>& a);  // ops/reshape.cpp
-  template <class T>
-  static void backward(const op_args<T>& a);
+struct reshape_def : op_def<reshape_def, "reshape", op_traits{.is_view = true, .writes_fresh = true}> {
+  template <class T> static void forward(const op_args<T>& a);  // ops/reshape.cpp
+  template <class T> static void backward(const op_args<T>& a);
 };
 
 template <class To>
@@ -99,13 +95,9 @@ BOOST_HANA_ADAPT_STRUCT(loom::transpose_attrs, perm);
 namespace loom {
 
 /// transpose's declaration: name, traits and kernels (compiled once, whatever the attributes).
-struct transpose_def : op_def<transpose_def> {
-  static constexpr std::string_view name = "transpose";
-  static constexpr op_traits traits{.writes_fresh = true};
-  template <class T>
-  static void forward(const op_args<T>& a);  // ops/reshape.cpp
-  template <class T>
-  static void backward(const op_args<T>& a);
+struct transpose_def : op_def<transpose_def, "transpose", op_traits{.writes_fresh = true}> {
+  template <class T> static void forward(const op_args<T>& a);  // ops/reshape.cpp
+  template <class T> static void backward(const op_args<T>& a);
 };
 
 template <int... P>

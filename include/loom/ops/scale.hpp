@@ -16,20 +16,15 @@ BOOST_HANA_ADAPT_STRUCT(loom::scale_attrs, factor);
 namespace loom {
 
 /// scale's declaration: name, traits and kernels (compiled once, whatever the attributes).
-struct scale_def : op_def<scale_def> {
-  static constexpr std::string_view name = "scale";
-  static constexpr op_traits traits{.writes_fresh = true, .can_run_in_place = true, .backward_in_place = true};
-  template <class T>
-  static void forward(const op_args<T>& a);  // ops/scale.cpp
-  template <class T>
-  static void backward(const op_args<T>& a);
+struct scale_def : op_def<scale_def, "scale", in_place_traits> {
+  template <class T> static void forward(const op_args<T>& a);  // ops/scale.cpp
+  template <class T> static void backward(const op_args<T>& a);
 };
 
+/// scale<C>(x): x's shape (op_def's default rule), C stored as the attribute.
 template <double C>
 struct scale_op : scale_def {
   static constexpr scale_attrs attrs{C};
-  template <class S>
-  using rule = same_shape<S>;
 };
 
 /// y = C · x, elementwise; the shape is unchanged.

@@ -8,20 +8,9 @@
 
 namespace loom {
 
-struct silu_op : op_def<silu_op> {
-  static constexpr std::string_view name = "silu";
-  static constexpr op_traits traits{
-      .writes_fresh = true,
-      .can_run_in_place = true,
-      .backward_in_place = true,
-      .backward_reads = reads({0}),
-  };
-  template <class S>
-  using rule = same_shape<S>;
-  template <class T>
-  static void forward(const op_args<T>& a);  // ops/silu.cpp
-  template <class T>
-  static void backward(const op_args<T>& a);
+struct silu_op : op_def<silu_op, "silu", in_place_traits_reading(reads({0}))> {
+  template <class T> static void forward(const op_args<T>& a);  // ops/silu.cpp
+  template <class T> static void backward(const op_args<T>& a);
 };
 
 /// x · sigmoid(x), elementwise; same shape as x.

@@ -8,18 +8,9 @@
 
 namespace loom {
 
-struct softmax_op : op_def<softmax_op> {
-  static constexpr std::string_view name = "softmax";
-  static constexpr op_traits traits{
-      .writes_fresh = true,
-      .can_run_in_place = true,
-      .backward_in_place = true,
-      .backward_reads_output = true,
-  };
-  template <class T>
-  static void forward(const op_args<T>& a);  // ops/softmax.cpp
-  template <class T>
-  static void backward(const op_args<T>& a);
+struct softmax_op : op_def<softmax_op, "softmax", in_place_traits_reading_output> {
+  template <class T> static void forward(const op_args<T>& a);  // ops/softmax.cpp
+  template <class T> static void backward(const op_args<T>& a);
   template <class S>
   struct rule {
     static_assert(S::rank >= 1, "softmax: needs at least one axis");

@@ -11,16 +11,9 @@
 
 namespace loom {
 
-struct where_op : op_def<where_op> {
-  static constexpr std::string_view name = "where";
-  static constexpr op_traits traits{
-      .writes_fresh = true,
-      .backward_reads = reads({0}),
-  };
-  template <class T>
-  static void forward(const op_args<T>& a);  // ops/where.cpp
-  template <class T>
-  static void backward(const op_args<T>& a);
+struct where_op : op_def<where_op, "where", op_traits{.writes_fresh = true, .backward_reads = reads({0})}> {
+  template <class T> static void forward(const op_args<T>& a);  // ops/where.cpp
+  template <class T> static void backward(const op_args<T>& a);
   template <class C, class A, class B>
   struct rule {
     static_assert(shapes_broadcast<A, B>,
