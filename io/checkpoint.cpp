@@ -109,9 +109,9 @@ std::map<std::string, std::string> load_checkpoint(const std::string& path, para
       differences.push_back("tensor " + in_quotes(name) + " is not named optimizer.<kind>.<parameter>");
       continue;
     }
-    if (stored.type != storage_type::f32 && stored.type != storage_type::f64) {
+    if (!is_floating(stored.type)) {
       differences.push_back(in_quotes(name) + ": dtype " + std::string(storage_name(stored.type)) +
-                            " in the file, expected F32 or F64");
+                            " in the file, expected F32, F64, F16 or BF16");
       continue;
     }
     if (const std::int64_t bad = first_non_finite(stored); bad >= 0 && !options.allow_non_finite) {

@@ -34,7 +34,26 @@ struct dtype_info {
 constexpr dtype_info dtypes[] = {
     {storage_type::f32, "F32", 4}, {storage_type::f64, "F64", 8}, {storage_type::i32, "I32", 4},
     {storage_type::i64, "I64", 8}, {storage_type::u8, "U8", 1},   {storage_type::boolean, "BOOL", 1},
+    {storage_type::f16, "F16", 2}, {storage_type::bf16, "BF16", 2},
 };
+
+// The value of a 16-bit float as a float (exact).
+float widen(storage_type t, std::uint16_t bits) {
+  return t == storage_type::bf16 ? float_from_bf16(bits) : float_from_f16(bits);
+}
+
+// A double rounded to float with the last bit set when inexact ("round to odd"): rounding that
+// float once more to 16 bits gives the same result as rounding the double directly (24 bits
+// keep more than 2 bits beyond the 8 or 11 of bf16 and f16), with no double rounding.
+float to_float_odd(double d) {
+  float f = static_cast<float>(d);
+  if (std::isfinite(f) && static_cast<double>(f) != d) {
+    std::uint32_t u = std::bit_cast<std::uint32_t>(f);
+    if (std::fabs(static_cast<double>(f)) > std::fabs(d)) --u;  // the neighbour toward zero
+    f = std::bit_cast<float>(u | 1u);
+  }
+  return f;
+}
 
 std::string shape_text(std::span<const std::int64_t> shape) {
   std::string s = "[";
@@ -86,23 +105,40 @@ std::int64_t first_non_finite_of(const stored_tensor& s) {
   }
   return -1;
 }
+// 16-bit floats: all exponent bits set means infinity or NaN (the same mask works for both).
+std::int64_t first_non_finite_16(const stored_tensor& s) {
+  const std::uint16_t mask = s.type == storage_type::bf16 ? 0x7f80 : 0x7c00;
+  const std::int64_t n = s.numel();
+  for (std::int64_t i = 0; i < n; ++i) {
+    std::uint16_t v;
+    std::memcpy(&v, s.bytes.data() + i * 2, 2);
+    if ((v & mask) == mask) return i;
+  }
+  return -1;
+}
 template <class F>
 double value_at(const stored_tensor& s, std::int64_t i) {
   F v;
   std::memcpy(&v, s.bytes.data() + i * static_cast<std::int64_t>(sizeof(F)), sizeof(F));
-  return static_cast<double>(v);
+  if constexpr (std::is_same_v<F, std::uint16_t>)
+    return static_cast<double>(widen(s.type, v));
+  else
+    return static_cast<double>(v);
 }
 }  // namespace
 
 std::int64_t first_non_finite(const stored_tensor& s) {
-  if (s.type != storage_type::f32 && s.type != storage_type::f64) return -1;
+  if (!is_floating(s.type)) return -1;
   if (s.bytes.size() != static_cast<std::size_t>(s.numel()) * storage_size(s.type))
     throw shape_error("first_non_finite: " + std::to_string(s.bytes.size()) + " bytes for shape " + s.shape_str());
+  if (s.type == storage_type::f16 || s.type == storage_type::bf16) return first_non_finite_16(s);
   return s.type == storage_type::f32 ? first_non_finite_of<float>(s) : first_non_finite_of<double>(s);
 }
 
 std::string non_finite_text(std::string_view name, const stored_tensor& s, std::int64_t index) {
-  const double v = s.type == storage_type::f32 ? value_at<float>(s, index) : value_at<double>(s, index);
+  const double v = s.type == storage_type::f32   ? value_at<float>(s, index)
+                   : s.type == storage_type::f64 ? value_at<double>(s, index)
+                                                 : value_at<std::uint16_t>(s, index);
   const std::string what = std::isnan(v) ? "NaN" : v > 0 ? "+infinity" : "-infinity";
   return in_quotes(name) + " holds " + what + " at element " + std::to_string(index) + " of " + s.shape_str();
 }
@@ -117,6 +153,27 @@ stored_tensor to_stored(const tensor<T>& t) {
   return s;
 }
 
+template <class T>
+stored_tensor to_stored(const tensor<T>& t, storage_type as) {
+  static_assert(std::is_floating_point_v<T>, "to_stored(t, as): t holds float or double");
+  if (!is_floating(as))
+    throw value_error("to_stored: " + std::string(storage_name(as)) +
+                      " is not a floating dtype (a float tensor packs as F32, F64, F16 or BF16)");
+  if (as == storage_type::f32 && !std::is_same_v<T, float>) return to_stored(tensor_cast<float>(t));
+  if (as == storage_type::f64 && !std::is_same_v<T, double>) return to_stored(tensor_cast<double>(t));
+  if (as == storage_type_of<T>()) return to_stored(t);
+  stored_tensor s;  // F16 or BF16
+  s.type = as;
+  s.shape.assign(t.shape().begin(), t.shape().end());
+  s.bytes.resize(static_cast<std::size_t>(t.size()) * 2);
+  for (std::int64_t i = 0; i < t.size(); ++i) {
+    const float f = std::is_same_v<T, float> ? static_cast<float>(t.data()[i]) : to_float_odd(t.data()[i]);
+    const std::uint16_t bits = as == storage_type::bf16 ? bf16_from_float(f) : f16_from_float(f);
+    std::memcpy(s.bytes.data() + i * 2, &bits, 2);
+  }
+  return s;
+}
+
 namespace {
 template <class Src, class T>
 void convert(const stored_tensor& s, T* out) {
@@ -125,6 +182,15 @@ void convert(const stored_tensor& s, T* out) {
     Src v;
     std::memcpy(&v, s.bytes.data() + i * static_cast<std::int64_t>(sizeof(Src)), sizeof(Src));
     out[i] = static_cast<T>(v);
+  }
+}
+template <class T>
+void convert_16(const stored_tensor& s, T* out) {
+  const std::int64_t n = s.numel();
+  for (std::int64_t i = 0; i < n; ++i) {
+    std::uint16_t v;
+    std::memcpy(&v, s.bytes.data() + i * 2, 2);
+    out[i] = static_cast<T>(widen(s.type, v));
   }
 }
 }  // namespace
@@ -154,6 +220,10 @@ tensor<T> to_tensor(const stored_tensor& s) {
       case storage_type::u8:
       case storage_type::boolean:
         convert<std::uint8_t>(s, t.data());
+        break;
+      case storage_type::f16:
+      case storage_type::bf16:
+        convert_16(s, t.data());
         break;
     }
   } else {
@@ -241,9 +311,9 @@ std::vector<std::string> param_differences(const tensor_file& file, const param_
       continue;
     }
     const stored_tensor& s = it->second;
-    if (s.type != storage_type::f32 && s.type != storage_type::f64)
+    if (!is_floating(s.type))
       differences.push_back(in_quotes(name) + ": dtype " + std::string(storage_name(s.type)) +
-                            " in the file, expected F32 or F64");
+                            " in the file, expected F32, F64, F16 or BF16");
     if (!std::equal(s.shape.begin(), s.shape.end(), e.value.shape().begin(), e.value.shape().end()))
       differences.push_back(in_quotes(name) + ": shape " + s.shape_str() + " in the file, " + e.value.dims().str() +
                             " in the store");
@@ -286,6 +356,8 @@ template stored_tensor to_stored(const tensor<double>&);
 template stored_tensor to_stored(const tensor<std::int32_t>&);
 template stored_tensor to_stored(const tensor<std::int64_t>&);
 template stored_tensor to_stored(const tensor<std::uint8_t>&);
+template stored_tensor to_stored(const tensor<float>&, storage_type);
+template stored_tensor to_stored(const tensor<double>&, storage_type);
 template tensor<float> to_tensor(const stored_tensor&);
 template tensor<double> to_tensor(const stored_tensor&);
 template tensor<std::int32_t> to_tensor(const stored_tensor&);

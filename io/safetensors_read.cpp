@@ -191,13 +191,13 @@ bool header_parser::string(std::string& s) {
   }
   if (at_ != at::entry || field_ != "dtype") return value(in_quotes(s));
   for (storage_type t : {storage_type::f32, storage_type::f64, storage_type::i32, storage_type::i64, storage_type::u8,
-                         storage_type::boolean})
+                         storage_type::boolean, storage_type::f16, storage_type::bf16})
     if (storage_name(t) == s) {
       tensor_->type = t;
       has_dtype_ = true;
       return true;
     }
-  return fail(entry_where() + "unsupported dtype " + in_quotes(s) + " (loom reads F32, F64, I32, I64, U8, BOOL)");
+  return fail(entry_where() + "unsupported dtype " + in_quotes(s) + " (loom reads F32, F64, F16, BF16, I32, I64, U8, BOOL)");
 }
 
 bool header_parser::start_object(std::size_t) {

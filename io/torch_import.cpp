@@ -47,7 +47,7 @@ bool is_bias(std::string_view name) {
 }
 
 bool is_float(const stored_tensor& s) {
-  return s.type == storage_type::f32 || s.type == storage_type::f64;
+  return is_floating(s.type);
 }
 
 std::string_view family_name(family f) {
@@ -136,7 +136,7 @@ plan make_plan(family f, const tensor_file& file, const param_store<T>& params, 
       if (!is_float(s)) {
         floats = false;
         p.differences.push_back(torch_name(i) + ": dtype " + std::string(storage_name(s.type)) +
-                                " in the file, expected F32 or F64");
+                                " in the file, expected F32, F64, F16 or BF16");
       }
       square = square && s.shape.size() == 2 && s.shape[0] == s.shape[1] && s.shape == qkv[0]->shape;
     }
@@ -203,7 +203,7 @@ plan make_plan(family f, const tensor_file& file, const param_store<T>& params, 
     const stored_tensor& s = *it->second.stored;
     if (!is_float(s))
       p.differences.push_back(in_quotes(it->second.torch_name) + ": dtype " + std::string(storage_name(s.type)) +
-                              " in the file, expected F32 or F64");
+                              " in the file, expected F32, F64, F16 or BF16");
     if (!std::equal(s.shape.begin(), s.shape.end(), value.shape().begin(), value.shape().end()))
       p.differences.push_back(in_quotes(it->second.torch_name) + ": shape " + s.shape_str() + " in the file, " +
                               value.dims().str() + " in the store (loom parameter " + in_quotes(lp + relative) + ")");

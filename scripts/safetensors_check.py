@@ -34,6 +34,11 @@ TENSORS = [
     ("empty", [0, 3]),
 ]
 SPECIAL = [0.0, -0.0, 1e-30, 3.4e38, -1.0 / 3.0, 1e-45]
+# Floats whose rounding to bf16 and f16 is a decision: ties (to even), the edges of the
+# subnormals and of the largest finite values, infinities and a NaN.
+HALF_SPECIAL = [1 + 2 ** -8, 1 + 3 * 2 ** -8, 1 + 2 ** -11, 1 + 3 * 2 ** -11, 65504.0, 65519.99609375, 65520.0,
+                2 ** -24, 2 ** -25, 3 * 2 ** -25, 2 ** -14 - 2 ** -25, 2 ** -133, 2 ** -134, 3.4028234663852886e38,
+                3.3895313892515355e38, float("inf"), float("-inf"), float("nan"), -0.0, 0.1, -1.0 / 3.0]
 
 
 def expected(t, dtype):
@@ -86,7 +91,8 @@ def write(path, tensors, metadata):
     header, chunks, offset = {}, [], 0
     for name in sorted(tensors, reverse=True):
         t = tensors[name].contiguous()
-        blob = t.numpy().tobytes() if t.numel() else b""
+        # numpy has no bfloat16: its bytes go through int16
+        blob = (t.view(torch.int16) if t.dtype == torch.bfloat16 else t).numpy().tobytes() if t.numel() else b""
         header[name] = {"dtype": NAMES[t.dtype], "shape": list(t.shape), "data_offsets": [offset, offset + len(blob)]}
         chunks.append(blob)
         offset += len(blob)
@@ -102,7 +108,8 @@ def same_bits(a, b):
         return False
     if a.numel() == 0:
         return True
-    int_type = {torch.float32: torch.int32, torch.float64: torch.int64}[a.dtype]
+    int_type = {torch.float32: torch.int32, torch.float64: torch.int64, torch.bfloat16: torch.int16,
+                torch.float16: torch.int16}[a.dtype]
     return torch.equal(a.view(int_type), b.view(int_type))
 
 
@@ -122,6 +129,13 @@ def check_loom_files(directory):
         for t, (name, _) in enumerate(TENSORS):
             if name in tensors and not same_bits(tensors[name], expected(t, dtype)):
                 failures.append(f"{path}: {name} = {tensors[name]} differs from {expected(t, dtype)}")
+    # 16-bit files: loom rounds the float values as torch does (to nearest even), bit for bit.
+    for suffix, dtype in (("bf16", torch.bfloat16), ("f16", torch.float16)):
+        tensors, _, _ = read(os.path.join(directory, f"from_loom_{suffix}.safetensors"))
+        for t, (name, _) in enumerate(TENSORS):
+            want = expected(t, torch.float32).to(dtype)
+            if name not in tensors or not same_bits(tensors[name], want):
+                failures.append(f"from_loom_{suffix}: {name} = {tensors.get(name)} differs from torch's {want}")
     # The checkpoint: parameters after one torch.optim.Adam step with gradients 0.5, and its moments.
     tensors, metadata, _ = read(os.path.join(directory, "from_loom_ckpt.safetensors"))
     if metadata.get("optimizer") != "adam" or metadata.get("optimizer.step") != "1" or metadata.get("seed") != "42":
@@ -144,6 +158,16 @@ def write_torch_file(directory):
     tensors["scalar"] = expected(3, torch.float64)
     tensors["token_ids"] = torch.tensor([0, 1, -1, 2 ** 40, 7], dtype=torch.int64)
     tensors["mask"] = torch.tensor([True, False, True])
+    # float32 values and torch's bf16 and f16 of them, and those widened back to float32
+    g = torch.Generator().manual_seed(0)
+    spread = torch.randn(2000, generator=g) * torch.exp2(torch.randint(-40, 40, (2000,), generator=g).float())
+    bits = torch.randint(-2 ** 31, 2 ** 31, (4000,), dtype=torch.int64, generator=g).to(torch.int32).view(torch.float32)
+    bits = bits[~torch.isnan(bits)]  # torch writes every NaN as one pattern; loom keeps sign and payload
+    values = torch.cat([torch.tensor(HALF_SPECIAL, dtype=torch.float32), spread, bits])
+    tensors["half.f32"] = values
+    for suffix, dtype in (("bf16", torch.bfloat16), ("f16", torch.float16)):
+        tensors[f"half.{suffix}"] = values.to(dtype)
+        tensors[f"half.{suffix}.widened"] = values.to(dtype).to(torch.float32)
     write(os.path.join(directory, "from_torch.safetensors"), tensors, {"framework": "pytorch", "note": "ünïcode ✓"})
 
 

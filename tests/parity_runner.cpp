@@ -47,7 +47,7 @@ struct case_inputs {
     for (const auto& [name, s] : file.tensors) {
       if (name == "cotangent")
         cotangent = to_tensor<T>(s);
-      else if (s.type == storage_type::f32 || s.type == storage_type::f64)
+      else if (is_floating(s.type))
         real.emplace(name, to_tensor<T>(s));
       else if (s.type == storage_type::i32)
         ints.emplace(name, to_tensor<std::int32_t>(s));

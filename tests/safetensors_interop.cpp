@@ -1,6 +1,7 @@
 // The C++ half of the PyTorch interoperability test (scripts/safetensors_check.py drives it).
-//   safetensors_interop write <dir>   writes from_loom_f32/_f64.safetensors and from_loom_ckpt.safetensors
-//   safetensors_interop check <dir>   loads from_torch.safetensors and compares it with the expected values
+//   safetensors_interop write <dir>   writes from_loom_f32/_f64/_bf16/_f16.safetensors and from_loom_ckpt.safetensors
+//   safetensors_interop check <dir>   loads from_torch.safetensors and compares it with the expected values,
+//                                     and loom's bf16 and f16 conversions with torch's
 // Both sides compute the same values from one formula (see expected_value), so every comparison
 // is bit for bit. Exit status 0 when everything matches.
 #include <cmath>
@@ -77,8 +78,50 @@ void check_store(const std::string& path) {
   }
 }
 
+// The 16-bit patterns of a BF16 or F16 tensor.
+std::vector<std::uint16_t> bits_of(const stored_tensor& s) {
+  std::vector<std::uint16_t> bits(s.bytes.size() / 2);
+  std::memcpy(bits.data(), s.bytes.data(), bits.size() * 2);
+  return bits;
+}
+
+// torch's float32 -> bf16 / f16 (rounded to nearest even) and back, against loom's.
+void check_half(const tensor_file& f, const char* suffix, storage_type type, std::uint16_t (*narrow)(float),
+                float (*widen)(std::uint16_t)) {
+  const std::string name = std::string("half.") + suffix;
+  const tensor<float> values = to_tensor<float>(f.at("half.f32"));
+  const stored_tensor& torch_half = f.at(name);
+  expect(torch_half.type == type, name + " dtype");
+  const std::vector<std::uint16_t> torch_bits = bits_of(torch_half);
+  const tensor<float> torch_widened = to_tensor<float>(f.at(name + ".widened"));
+  const tensor<float> loom_widened = to_tensor<float>(torch_half);
+  const std::vector<std::uint16_t> loom_bits = bits_of(to_stored(values, type));
+  const std::uint16_t exponent = type == storage_type::bf16 ? 0x7f80 : 0x7c00;
+  int wrong = 0;
+  for (std::int64_t i = 0; i < values.size(); ++i) {
+    const std::uint16_t t = torch_bits[static_cast<std::size_t>(i)];
+    const bool nan = (t & exponent) == exponent && (t & ~exponent & 0x7fff) != 0;  // torch's NaN pattern is its own
+    const std::uint16_t mine = narrow(values[i]);
+    const bool same_rounding = nan ? std::isnan(widen(mine)) : mine == t;
+    const bool same_widening = nan ? std::isnan(loom_widened[i]) && std::isnan(widen(t))
+                                   : std::memcmp(&loom_widened[i], &torch_widened[i], 4) == 0;
+    const bool same_tensor = nan ? std::isnan(widen(loom_bits[static_cast<std::size_t>(i)]))
+                                 : loom_bits[static_cast<std::size_t>(i)] == t;
+    if (!(same_rounding && same_widening && same_tensor) && wrong++ < 5)
+      expect(false, name + "[" + std::to_string(i) + "]: float " + std::to_string(values[i]) + ", torch bits " +
+                        std::to_string(t) + ", loom bits " + std::to_string(mine));
+  }
+  expect(wrong == 0, name + ": " + std::to_string(wrong) + " of " + std::to_string(values.size()) + " values differ");
+  expect(values.size() > 5000, name + ": fewer values than written");
+}
+
 int write(const std::string& dir) {
   save_safetensors(dir + "/from_loom_f32.safetensors", expected_store<float>(), {{"framework", "loom"}, {"step", "3"}});
+  for (const auto& [suffix, type] : {std::pair{"bf16", storage_type::bf16}, std::pair{"f16", storage_type::f16}}) {
+    tensor_file half;
+    for (const auto& [name, e] : expected_store<float>()) half.tensors[name] = to_stored(e.value, type);
+    write_safetensors(dir + "/from_loom_" + suffix + ".safetensors", half);
+  }
   save_safetensors(dir + "/from_loom_f64.safetensors", expected_store<double>(),
                    {{"framework", "loom"}, {"step", "3"}});
   // A checkpoint after one Adam step with all gradients 0.5: PyTorch reads it as plain safetensors.
@@ -104,6 +147,8 @@ int check(const std::string& dir) {
   expect(f.at("mask").type == storage_type::boolean && mask.size() == 3 && mask[0] == 1 && mask[1] == 0 && mask[2] == 1,
          "mask (BOOL)");
   expect(f.at("scalar").type == storage_type::f64 && f.at("decoder.norm.weight").type == storage_type::f32, "dtypes");
+  check_half(f, "bf16", storage_type::bf16, bf16_from_float, float_from_bf16);
+  check_half(f, "f16", storage_type::f16, f16_from_float, float_from_f16);
   return failures == 0 ? 0 : 1;
 }
 

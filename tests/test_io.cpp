@@ -125,8 +125,8 @@ TEST_CASE("a malformed file throws io_error naming the file and the fault") {
       {"empty header", raw("", {}), "not valid JSON"},
       {"header a JSON array", raw("[1, 2]", {}), "not a JSON object"},
       {"entry not an object", raw(R"({"w": 3})", {}), "tensor \"w\": its entry is not a JSON object"},
-      {"unknown dtype", raw(R"({"w":{"dtype":"F16","shape":[2],"data_offsets":[0,4]}})", {0, 0, 0, 0}),
-       "unsupported dtype \"F16\""},
+      {"unknown dtype", raw(R"({"w":{"dtype":"F8_E4M3","shape":[2],"data_offsets":[0,2]}})", {0, 0}),
+       "unsupported dtype \"F8_E4M3\""},
       {"missing dtype", raw(R"({"w":{"shape":[2],"data_offsets":[0,8]}})", tiny_data), "\"dtype\" is missing"},
       {"unknown field", raw(R"({"w":{"dtype":"F32","shape":[2],"data_offsets":[0,8],"x":1}})", tiny_data),
        "unknown field \"x\""},
@@ -266,7 +266,7 @@ TEST_CASE("a file that does not match the store lists every difference and loads
     CHECK(e.differences.size() == 4);
     CHECK_THAT(std::string(e.what()), Catch::Contains("m.safetensors") && Catch::Contains("4 differences") &&
                                           Catch::Contains("\"a\": shape [3, 2] in the file, [2, 3] in the store") &&
-                                          Catch::Contains("\"b\": dtype I32 in the file, expected F32 or F64") &&
+                                          Catch::Contains("\"b\": dtype I32 in the file, expected F32, F64, F16 or BF16") &&
                                           Catch::Contains("missing tensor \"c\"") &&
                                           Catch::Contains("unexpected tensor \"extra\""));
   }

@@ -532,7 +532,7 @@ TEST_CASE("a corrupt, truncated or mismatched checkpoint fails with a clear erro
                   [](tensor_file& f) {
                     f.tensors["out.weight"] = to_stored(tensor<std::int64_t>({2, 4}));
                   }),
-             "\"out.weight\": dtype I64 in the file, expected F32 or F64");
+             "\"out.weight\": dtype I64 in the file, expected F32, F64, F16 or BF16");
   fails_with(with("moment.safetensors", [](tensor_file& f) { f.tensors.erase("optimizer.exp_avg_sq.enc.0.weight"); }),
              "missing exp_avg_sq of \"enc.0.weight\"");
   fails_with(with("kind.safetensors", [](tensor_file& f) { f.metadata["optimizer"] = "sgd"; }),

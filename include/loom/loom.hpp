@@ -13,6 +13,7 @@
 #include "loom/graph/gradcheck.hpp"
 #include "loom/graph/graph.hpp"
 #include "loom/io/checkpoint.hpp"
+#include "loom/io/hf_checkpoint.hpp"
 #include "loom/io/safetensors.hpp"
 #include "loom/io/torch_import.hpp"
 #include "loom/ops.hpp"

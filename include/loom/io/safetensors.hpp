@@ -20,16 +20,22 @@
 #include "loom/core/errors.hpp"
 #include "loom/core/params.hpp"
 #include "loom/core/tensor.hpp"
+#include "loom/io/half.hpp"
 
 namespace loom {
 
 /// Element types a safetensors file may hold (the ones loom reads and writes); its "dtype".
-enum class storage_type { f32, f64, i32, i64, u8, boolean };
+/// f16 is IEEE binary16, bf16 bfloat16 (loom/io/half.hpp converts them).
+enum class storage_type { f32, f64, i32, i64, u8, boolean, f16, bf16 };
 
-/// The header's name for a dtype: "F32", "F64", "I32", "I64", "U8", "BOOL".
+/// The header's name for a dtype: "F32", "F64", "I32", "I64", "U8", "BOOL", "F16", "BF16".
 std::string_view storage_name(storage_type t);
 /// Bytes per element of a dtype.
 std::size_t storage_size(storage_type t);
+/// Whether a dtype holds floating-point values (F32, F64, F16, BF16).
+constexpr bool is_floating(storage_type t) {
+  return t == storage_type::f32 || t == storage_type::f64 || t == storage_type::f16 || t == storage_type::bf16;
+}
 /// The dtype of a C++ element type (float, double, int32, int64, uint8).
 template <class T>
 constexpr storage_type storage_type_of();
@@ -60,9 +66,14 @@ struct tensor_file {
 /// matching dtype.
 template <class T>
 stored_tensor to_stored(const tensor<T>& t);
+/// Packs a float or double tensor as a stored tensor of a floating dtype `as` (F32, F64, F16
+/// or BF16), each value rounded once to the nearest of `as` (ties to even; a double is not
+/// rounded to float first). Throws value_error for an integer dtype.
+template <class T>
+stored_tensor to_stored(const tensor<T>& t, storage_type as);
 
 /// Converts a stored tensor to a tensor<T>. For T = float or double any dtype converts, value
-/// by value; an integer T (int32, int64, uint8) needs the same dtype (uint8 also takes BOOL),
+/// by value (F16 and BF16 exactly); an integer T (int32, int64, uint8) needs the same dtype (uint8 also takes BOOL),
 /// else value_error. Throws shape_error if it has more axes than a loom tensor holds (6).
 template <class T>
 tensor<T> to_tensor(const stored_tensor& s);
@@ -96,7 +107,7 @@ inline constexpr std::size_t max_metadata_entries = 100'000;
 /// after every check passed. Never reads out of bounds, whatever the bytes.
 tensor_file read_safetensors(const std::string& path);
 
-/// The index of the first NaN or infinite value of an F32 or F64 tensor; -1 if there is none
+/// The index of the first NaN or infinite value of a floating tensor; -1 if there is none
 /// (always for other dtypes). Throws shape_error if the byte count does not fit the shape.
 std::int64_t first_non_finite(const stored_tensor& s);
 /// `"w" holds NaN at element 3`: a difference line for a tensor that is not finite.
@@ -135,13 +146,14 @@ struct load_mismatch_error : io_error {
 };
 
 /// The differences between a file and a store, one line each (empty if it would load): every
-/// parameter must be in the file with the same shape and dtype F32 or F64, and finite unless
+/// parameter must be in the file with the same shape and a floating dtype (F32, F64, F16,
+/// BF16), and finite unless
 /// options.allow_non_finite; with options.strict, tensors not in the store are differences too. `skip_prefix` marks file tensors to ignore.
 template <class T>
 std::vector<std::string> param_differences(const tensor_file& file, const param_store<T>& params,
                                            load_options options = {}, std::string_view skip_prefix = {});
 
-/// Copies the file's tensors into the store's parameters (converting F32/F64 to T). Checks
+/// Copies the file's tensors into the store's parameters (converting their values to T). Checks
 /// everything first: on any difference throws load_mismatch_error listing all of them, and the
 /// store is unchanged. Gradients are untouched.
 template <class T>
