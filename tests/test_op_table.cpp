@@ -217,6 +217,19 @@ const std::map<std::string_view, std::function<case_result()>>& cases() {
          auto beta = param<"beta", shape<fix<4>>>();
          return run_case(make_graph(layer_norm<1e-5>(x, gamma, beta)), entry_of<layer_norm_def>, {{"x", rnd({3, 4}, 19)}});
        }},
+      {"rms_norm",
+       [] {
+         auto x = input<"x", shape<fix<3>, fix<4>>>();
+         auto w = param<"w", shape<fix<4>>, init<init_kind::ones>>();
+         return run_case(make_graph(rms_norm<1e-6>(x, w)), entry_of<rms_norm_def>, {{"x", rnd({3, 4}, 61)}});
+       }},
+      {"rope",  // positions [B, T] shared by the heads, offsets past 0
+       [] {
+         auto x = input<"x", shape<fix<2>, fix<2>, fix<3>, fix<4>>>();
+         auto pos = input<"pos", shape<fix<2>, fix<3>>, int>();
+         return run_case(make_graph(rope<rope_layout::rotate_half>(x, pos)), entry_of<rope_def>,
+                         {{"x", rnd({2, 2, 3, 4}, 62)}, {"pos", tokens({2, 3}, {0, 1, 2, 5, 6, 7})}});
+       }},
       {"relu",
        [] {
          auto x = input<"x", shape<fix<2>, fix<3>>>();
@@ -226,6 +239,11 @@ const std::map<std::string_view, std::function<case_result()>>& cases() {
        [] {
          auto x = input<"x", shape<fix<2>, fix<3>>>();
          return run_case(make_graph(gelu(x)), entry_of<gelu_op>, {{"x", rnd({2, 3}, 20)}});
+       }},
+      {"gelu_tanh",
+       [] {
+         auto x = input<"x", shape<fix<2>, fix<3>>>();
+         return run_case(make_graph(gelu_tanh(x)), entry_of<gelu_tanh_op>, {{"x", rnd({2, 3}, 63)}});
        }},
       {"checkpoint",
        [] {
