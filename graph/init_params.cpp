@@ -66,6 +66,9 @@ void init_params(const plan_view& plan, param_store<T>& store, std::uint64_t see
           v = gen.uniform(-b, b);
           break;
         }
+        case init_kind::normal_std:
+          v = gen.normal() * static_cast<double>(load_attrs<param_attrs>(*d).fan_in) / 1000.0;
+          break;
         case init_kind::xavier_uniform: {
           double b = std::sqrt(6.0 / (fan_in + fan_out));
           v = gen.uniform(-b, b);

@@ -101,6 +101,7 @@ def main():
     attention = os.path.join(args.bin, "attention_example")
     charlm = os.path.join(args.bin, "charlm")
     custom_op = os.path.join(args.bin, "custom_op")
+    llama = os.path.join(args.bin, "llama")
     work = args.work
     shutil.rmtree(work, ignore_errors=True)
     os.makedirs(work)
@@ -154,6 +155,14 @@ def main():
     ]:
         expect_refused(c + bad, mention)
     expect_refused([charlm, "--out", a_file], "--out")
+    m = [llama, "--out", out]
+    for bad, mention in [
+        (["--steps", "0"], "--steps"), (["--seed", "-1"], "--seed"), (["--threads", "100000"], "--threads"),
+        (["--minutes", "inf"], "--minutes"), (["--temperature", "-1"], "--temperature"), (["--top-k", "1001"], "--top-k"),
+        (["--bogus"], "--bogus"),
+    ]:
+        expect_refused(m + bad, mention)
+    expect_refused([llama, "--out", a_file], "--out")
     expect_refused([attention, "--dot", "/proc/no-such-dir/graph.dot"], "--dot")
     expect_refused([attention, "--bogus"], "--bogus")
     for bad, mention in [
@@ -163,7 +172,7 @@ def main():
         expect_refused([custom_op] + bad, mention)
 
     # --help is no error
-    for exe in (translate, generate, attention, charlm, custom_op):
+    for exe in (translate, generate, attention, charlm, custom_op, llama):
         r = run([exe, "--help"])
         if r.returncode != 0 or "--" not in r.stdout:
             failures.append(f"{exe} --help: exit {r.returncode}")

@@ -143,7 +143,8 @@ template <class... D>
 inline constexpr bool fixed_shape<shape<D...>> = (is_fixed_dim<D> && ...);
 }  // namespace detail
 
-/// Parameter initialisers (see init_kind). `FanIn` is used by linear_bias.
+/// Parameter initialisers (see init_kind). `FanIn` is linear_bias's fan-in and normal_std's
+/// standard deviation in thousandths.
 template <init_kind K, long FanIn = 0>
 struct init {
   static constexpr init_kind kind = K;

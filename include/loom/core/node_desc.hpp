@@ -42,6 +42,7 @@ enum class init_kind : std::uint8_t {
   linear_weight,   // U(-1/sqrt(in), 1/sqrt(in)) — nn.Linear.weight (kaiming_uniform a=sqrt 5)
   linear_bias,     // U(-1/sqrt(in), 1/sqrt(in)) with in = fan_in given in init_arg
   xavier_uniform,  // U(-a, a), a = sqrt(6 / (fan_in + fan_out)) — MHA in_proj_weight
+  normal_std,      // N(0, σ²), σ = init_arg / 1000 — Hugging Face's initializer_range (20: 0.02)
 };
 
 struct node_desc {
