@@ -31,6 +31,28 @@ template <class T>
 void init_params(const plan_view& plan, param_store<T>& store, std::uint64_t seed,
                  std::span<const std::pair<std::string_view, std::int64_t>> dims);
 
+template <class... Outs>
+struct graph;
+
+/// A graph's inputs as a compile-time map (Boost.Hana) from name (a hana::string) to
+/// port<elem, rank>: `hana::contains(inputs_of(g), BOOST_HANA_STRING("tokens"))`, or iterate
+/// it with hana::for_each to list what a graph takes. Built from the plan's names only, and
+/// only where it is asked for: a free function, not a member, so that no graph type pays for it
+/// (as a member it cost 27 MB of compiler memory in the largest test).
+template <class... Outs>
+constexpr auto inputs_of(graph<Outs...>) {
+  return detail::ports<graph<Outs...>::data, true>();
+}
+/// The graph's named outputs (named<"...">, read with executor::output("...")) as the same kind
+/// of map.
+template <class... Outs>
+constexpr auto named_outputs_of(graph<Outs...>) {
+  return detail::ports<graph<Outs...>::data, false>();
+}
+/// The port of graph G's input Name (a port<elem, rank> type); does not compile if G has none.
+template <class G, fixed_string Name>
+using input_port = typename decltype(+inputs_of(G{})[detail::hana_key<Name>()])::type;
+
 /// The graph whose outputs are Outs...: a plan computed at compile time.
 template <class... Outs>
 struct graph {
@@ -74,21 +96,6 @@ struct graph {
         return i;
     return -1;
   }
-  /// The graph's inputs as a compile-time map (Boost.Hana) from name to port<elem, rank>:
-  /// `hana::contains(g.inputs(), BOOST_HANA_STRING("tokens"))`, or iterate it with
-  /// hana::for_each to list what a graph takes. Built from the plan's names only.
-  static constexpr auto inputs() {
-    return detail::ports_map<data, true>(std::make_index_sequence<detail::port_nodes<data, true>().size()>{});
-  }
-  /// The graph's named outputs (named<"...">, read with executor::output("...")) as the same
-  /// kind of map.
-  static constexpr auto named_outputs() {
-    return detail::ports_map<data, false>(std::make_index_sequence<detail::port_nodes<data, false>().size()>{});
-  }
-  /// The port of input `Name` (a port<elem, rank> type); does not compile if there is none.
-  template <fixed_string Name>
-  using input_port = typename decltype(+inputs()[detail::hana_key<Name>()])::type;
-
   /// A feed for the graph's input `Name`, checked at compile time: a name the graph has no
   /// input of, or a tensor whose element type the input does not take (real: float or double;
   /// int: int32 or int64; bool: bool or uint8), does not compile. The tensor's rank and dims
@@ -105,7 +112,7 @@ struct graph {
   static ::loom::feed feed(const E* values, const std::int64_t (&dims)[R]) {
     check_feed<Name, E>();
     if constexpr (has_input<Name>()) {
-      constexpr int want = input_port<Name>::rank;
+      constexpr int want = input_port<graph, Name>::rank;
       static_assert(detail::input_rank_is<Name, want, R>, "feed<Name>: the input has another number of axes");
     }
     return ::loom::feed(std::string(Name.view()), tensor_view<const E>{values, dims_t(std::span<const std::int64_t>(dims, R))});
@@ -114,7 +121,8 @@ struct graph {
   /// graph has no named output of does not compile.
   template <fixed_string Name, class T>
   static tensor_view<const T> output(const ::loom::executor<T>& run) {
-    static_assert(detail::graph_has_named_output<Name, boost::hana::contains(named_outputs(), detail::hana_key<Name>())>,
+    static_assert(detail::graph_has_named_output<Name, boost::hana::contains(detail::ports<data, false>(),
+                                                                             detail::hana_key<Name>())>,
                   "output<Name>: the graph has no named output of this name (named<\"...\">)");
     return run.output(Name.view());
   }
@@ -131,13 +139,13 @@ struct graph {
  private:
   template <fixed_string Name>
   static constexpr bool has_input() {
-    return boost::hana::contains(inputs(), detail::hana_key<Name>());
+    return boost::hana::contains(detail::ports<data, true>(), detail::hana_key<Name>());
   }
   template <fixed_string Name, class E>
   static constexpr void check_feed() {
     static_assert(detail::graph_has_input<Name, has_input<Name>()>, "feed<Name>: the graph has no input of this name");
     if constexpr (has_input<Name>()) {
-      constexpr dtype want = input_port<Name>::elem;
+      constexpr dtype want = input_port<graph, Name>::elem;
       static_assert(detail::input_takes<Name, want, E>,
                     "feed<Name>: the input does not take this element type (real: float or double; int: int32 or "
                     "int64; bool: bool or uint8)");

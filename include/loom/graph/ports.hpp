@@ -78,6 +78,12 @@ constexpr auto ports_map(std::index_sequence<K...>) {
       std::make_index_sequence<Data.order[static_cast<std::size_t>(nodes[K])]->name.size()>{})...);
 }
 
+/// The map of a plan's inputs (Inputs) or named outputs.
+template <const auto& Data, bool Inputs>
+constexpr auto ports() {
+  return ports_map<Data, Inputs>(std::make_index_sequence<port_nodes<Data, Inputs>().size()>{});
+}
+
 /// Named predicates of the checks, so that a failed static_assert prints the port's name.
 template <fixed_string Name, bool Found>
 inline constexpr bool graph_has_input = Found;
