@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "loom/loom.hpp"
+#include "loom/nn/beam_search.hpp"
 #include "loom/nn/decoder.hpp"
 #include "loom/nn/generate.hpp"
 #include "loom/nn/kv_cache.hpp"
@@ -254,4 +255,44 @@ TEST_CASE("the fused attention stays engaged around RoPE, GQA, RMSNorm and SwiGL
   auto ex2 = g2.executor<double>(p2);
   CHECK(count_op(ex2.plan(), "attention") == 2);
   CHECK(count_op(ex2.plan(), "gelu_tanh") == 2);
+}
+
+TEST_CASE("beam search takes a decoder family's step graph: prompts of different lengths, width 1 is greedy, scores the model's") {
+  auto eval = make_graph(nn::decoder_lm<gpt2, nn::eval_mode>::logits());
+  auto p = eval.make_params<double>(4);
+  test::randomize(p, 9);
+  using decode = nn::decoder_lm<gpt2, nn::decode_mode>;
+  auto run = make_graph(decode::logits()).executor<double>(p, {.inference = true});
+  const std::vector<std::vector<int>> prompts{{3, 7, 1}, {5}};
+  auto greedy_cache = nn::kv_cache<double>::of<decode>(2, 12);
+  const auto greedy = nn::generate(run, greedy_cache, prompts, {.max_new_tokens = 4});
+  auto one_cache = nn::kv_cache<double>::of<decode>(2, 12);
+  const auto one = nn::beam_search(run, one_cache, prompts, {.beam = 1, .max_new_tokens = 4});
+  for (std::size_t i = 0; i < prompts.size(); ++i) CHECK(one.hypotheses[i][0].tokens == greedy.tokens[i]);
+  auto cache = nn::kv_cache<double>::of<decode>(2 * 3, 12);
+  const auto r = nn::beam_search(run, cache, prompts, {.beam = 3, .max_new_tokens = 4});
+  // each hypothesis' log-probability is the full forward's Σ log softmax over its tokens
+  auto full = eval.executor<double>(p);
+  for (std::size_t i = 0; i < prompts.size(); ++i) {
+    REQUIRE(r.hypotheses[i].size() == 3);
+    CHECK(r.hypotheses[i][0].score >= one.hypotheses[i][0].score - 1e-9);  // the beam finds at least greedy's
+    for (const auto& h : r.hypotheses[i]) {
+      std::vector<int> seq = prompts[i];
+      seq.insert(seq.end(), h.tokens.begin(), h.tokens.end());
+      tensor<std::int32_t> tok(dims_t{1, static_cast<std::int64_t>(seq.size())});
+      for (std::size_t k = 0; k < seq.size(); ++k) tok[static_cast<std::int64_t>(k)] = seq[k];
+      full.forward({{"tokens", tok}});
+      const auto out = full.output();
+      const std::int64_t V = out.dims[2];
+      double lp = 0;
+      for (std::size_t k = prompts[i].size(); k < seq.size(); ++k) {
+        const double* row = out.data + (static_cast<std::int64_t>(k) - 1) * V;
+        const double m = *std::max_element(row, row + V);
+        double z = 0;
+        for (std::int64_t v = 0; v < V; ++v) z += std::exp(row[v] - m);
+        lp += row[seq[k]] - m - std::log(z);
+      }
+      CHECK(h.log_prob == Approx(lp).epsilon(1e-10));
+    }
+  }
 }
