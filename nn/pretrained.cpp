@@ -35,7 +35,8 @@ struct optional_field {
 
 std::vector<optional_field> defaults(const hf::model_config& file, const decoder_config& c) {
   if (llama(c)) {
-    std::vector<optional_field> d{{"rope_theta", "10000.0"},
+    std::vector<optional_field> d{{"rope_layout", "\"rotate_half\""},  // loom's field, see hf_config_differences
+                                  {"rope_theta", "10000.0"},
                                   {"rope_scaling", "null"},
                                   {"attention_bias", "false"},
                                   {"mlp_bias", "false"},
@@ -106,6 +107,10 @@ std::vector<std::string> hf_config_differences(const hf::model_config& file, con
     filled.fields.emplace(std::string(d.name), f);
   }
   auto expected = hf_config_fields(c);
+  // Hugging Face's Llama rotates halves; a checkpoint in the interleaved layout (Meta's original
+  // pairing) says so with loom's own field "rope_layout" (save_pretrained writes it), so that
+  // the two are never loaded into each other's model: the numbers would load and be wrong.
+  if (llama(c)) expected["rope_layout"] = quoted(c.rope == rope_layout::interleaved ? "interleaved" : "rotate_half");
   // GPT-2's n_inner: null means 4 · n_embd, so a null and an explicit 4 · n_embd are one model
   if (!llama(c) && c.ffn == 4 * c.d_model) {
     auto it = filled.fields.find("n_inner");
@@ -132,6 +137,7 @@ void save_pretrained(const std::string& folder, const decoder_config& c, const p
   auto config = hf_config_fields(c);
   config["architectures"] = llama(c) ? "[\"LlamaForCausalLM\"]" : "[\"GPT2LMHeadModel\"]";
   if (!llama(c)) config["tie_word_embeddings"] = "true";
+  if (llama(c) && c.rope == rope_layout::interleaved) config["rope_layout"] = quoted("interleaved");
   if (c.vocab == 0) {
     // the vocabulary is the embedding's rows
     const auto& table = params.value(llama(c) ? "model.embed_tokens.weight" : "transformer.wte.weight");

@@ -14,6 +14,7 @@
 #include "loom/nn/decoder.hpp"
 #include "loom/nn/generate.hpp"
 #include "loom/nn/kv_cache.hpp"
+#include "loom/nn/pretrained.hpp"
 #include "test_support.hpp"
 
 using namespace loom;
@@ -295,4 +296,37 @@ TEST_CASE("beam search takes a decoder family's step graph: prompts of different
       CHECK(h.log_prob == Approx(lp).epsilon(1e-10));
     }
   }
+}
+
+TEST_CASE("a checkpoint is refused by a model of the other RoPE layout, and saved and loaded by its own") {
+  const std::string dir = "test_decoder_interleaved";
+  auto g = make_graph(nn::decoder_lm<llama_mqa_interleaved, nn::train_mode>::loss());
+  auto p = g.make_params<double>(1, {{"V", 9}});
+  test::randomize(p, 10);
+  nn::save_pretrained(dir, llama_mqa_interleaved, p);
+  auto q = g.make_params<double>(2, {{"V", 9}});
+  nn::load_pretrained(dir, llama_mqa_interleaved, q);
+  for (const auto& name : p.names()) CHECK(p.value(name).dims() == q.value(name).dims());
+  for (std::int64_t i = 0; i < 16; ++i)  // saved as F32 (the default): the values rounded to float
+    CHECK(q.value("model.norm.weight")[i] == static_cast<double>(static_cast<float>(p.value("model.norm.weight")[i])));
+  // the same tensors, read as a Hugging Face (rotate half) model: refused, naming the layout
+  constexpr nn::decoder_config rotate_half = [] {
+    nn::decoder_config c = llama_mqa_interleaved;
+    c.rope = rope_layout::rotate_half;
+    return c;
+  }();
+  auto r = make_graph(nn::decoder_lm<rotate_half, nn::train_mode>::loss()).make_params<double>(3, {{"V", 9}});
+  const param_store<double> before = r;
+  CHECK_THROWS_WITH(nn::load_pretrained(dir, rotate_half, r),
+                    Catch::Contains("rope_layout: file \"interleaved\", model \"rotate_half\""));
+  CHECK(std::equal(before.value("model.norm.weight").data(), before.value("model.norm.weight").data() + 16,
+                   r.value("model.norm.weight").data()));
+  // a Hugging Face config (no rope_layout) is a rotate-half checkpoint: refused by the interleaved model
+  hf::model_config hf = hf::parse_config(R"({"model_type": "llama", "hidden_size": 16, "intermediate_size": 20,
+    "num_attention_heads": 4, "num_key_value_heads": 1, "num_hidden_layers": 1, "rms_norm_eps": 1e-06,
+    "tie_word_embeddings": true, "hidden_act": "silu"})");
+  CHECK(nn::hf_config_differences(hf, rotate_half).empty());
+  const auto differ = nn::hf_config_differences(hf, llama_mqa_interleaved);
+  REQUIRE(differ.size() == 1);
+  CHECK_THAT(differ[0], Catch::Contains("rope_layout"));
 }

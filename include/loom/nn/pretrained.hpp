@@ -30,7 +30,11 @@ std::map<std::string, std::string> hf_config_fields(const decoder_config& c);
 /// (`num_key_value_heads: file 4, model 2`). A field the file leaves out takes the value the
 /// family's Hugging Face config class gives it by default (num_key_value_heads: the heads,
 /// rope_theta 10000, tie_word_embeddings false for llama and true for gpt2, n_inner null:
-/// 4 · n_embd, ...); a required field that is missing is a difference.
+/// 4 · n_embd, ...); a required field that is missing is a difference. For llama the RoPE
+/// layout is compared too, through loom's own field "rope_layout" (absent: "rotate_half", the
+/// layout of every Hugging Face Llama checkpoint; save_pretrained writes "interleaved" for a
+/// model of that layout), so a checkpoint is never loaded into a model that pairs its dims
+/// differently.
 std::vector<std::string> hf_config_differences(const hf::model_config& file, const decoder_config& c);
 
 /// Loads a Hugging Face checkpoint folder into `params`, the store of an nn::decoder_lm<c, ...>
