@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "cli.hpp"
+#include "sampling.hpp"
 #include "verse.hpp"
 #include "loom/data/vocab.hpp"
 #include "loom/data/windows.hpp"
@@ -53,16 +54,6 @@ struct settings {
 BOOST_HANA_ADAPT_STRUCT(settings, minutes, steps, threads, out, seed, temperature, top_k);
 namespace {
 
-/// A continuation of `prompt` through the KV cache, as text (prompt + new characters).
-std::string sample(executor<float>& step, nn::kv_cache<float>& cache, const vocab& chars, const std::string& prompt,
-                   int new_chars, double temperature, int top_k, std::uint64_t seed) {
-  const auto ids = chars.encode(prompt);
-  auto r = nn::generate(step, cache, {std::vector<int>(ids.begin(), ids.end())},
-                        {.max_new_tokens = new_chars, .temperature = temperature, .top_k = top_k, .seed = seed});
-  std::string text = prompt;
-  for (int id : r.tokens[0]) text += id >= 4 ? chars.token(id) : "";  // no special tokens in a sample
-  return text;
-}
 
 }  // namespace
 
@@ -123,7 +114,7 @@ int main(int argc, char** argv) {
       const bool last = n == s.steps || tr.seconds() > s.minutes * 60;
       if (n % 500 == 0 || last) {
         tr.validation(validation_loss());
-        const std::string text_now = sample(step, cache, chars, "the ", static_cast<int>(window) - 4, 0.0, 0, 0);
+        const std::string text_now = examples::sample(step, cache, chars, "the ", static_cast<int>(window) - 4, 0.0, 0, 0);
         std::fprintf(stderr, "\n--- step %ld, greedy from \"the \":\n%s\n---\n", n, text_now.c_str());
         samples << "step " << n << " (greedy):\n" << text_now << "\n\n";
       }
@@ -139,7 +130,7 @@ int main(int argc, char** argv) {
                 static_cast<long long>(window));
     for (std::uint64_t k = 0; k < 4; ++k) {
       const std::string prompt = k % 2 ? "and the " : "the ";
-      const std::string t = sample(step, cache, chars, prompt, static_cast<int>(window - static_cast<std::int64_t>(prompt.size())),
+      const std::string t = examples::sample(step, cache, chars, prompt, static_cast<int>(window - static_cast<std::int64_t>(prompt.size())),
                                    s.temperature, s.top_k, s.seed + k);
       std::printf("\n%s\n", t.c_str());
       samples << "sample " << k << " (temperature " << s.temperature.value << ", top-k " << s.top_k.value << "):\n"

@@ -25,6 +25,7 @@
 #include "loom/nn/kv_cache.hpp"
 #include "loom/nn/pretrained.hpp"
 #include "loom/train/trainer.hpp"
+#include "sampling.hpp"
 #include "verse.hpp"
 
 using namespace loom;
@@ -53,16 +54,6 @@ struct settings {
 BOOST_HANA_ADAPT_STRUCT(settings, minutes, steps, threads, out, seed, temperature, top_k);
 namespace {
 
-/// A continuation of `prompt` through the KV cache, as text.
-std::string sample(executor<float>& step, nn::kv_cache<float>& cache, const vocab& chars, const std::string& prompt,
-                   int new_chars, double temperature, int top_k, std::uint64_t seed) {
-  const auto ids = chars.encode(prompt);
-  auto r = nn::generate(step, cache, {std::vector<int>(ids.begin(), ids.end())},
-                        {.max_new_tokens = new_chars, .temperature = temperature, .top_k = top_k, .seed = seed});
-  std::string text = prompt;
-  for (int id : r.tokens[0]) text += id >= 4 ? chars.token(id) : "";
-  return text;
-}
 
 }  // namespace
 
@@ -152,7 +143,7 @@ int main(int argc, char** argv) {
                 s.top_k.value);
     for (std::uint64_t k = 0; k < 3; ++k) {
       const std::string prompt = k % 2 ? "and the " : "the ";
-      const std::string t = sample(step, cache, chars, prompt, static_cast<int>(window) - static_cast<int>(prompt.size()),
+      const std::string t = examples::sample(step, cache, chars, prompt, static_cast<int>(window) - static_cast<int>(prompt.size()),
                                    s.temperature, s.top_k, s.seed + k);
       std::printf("\n%s\n", t.c_str());
       samples << t << "\n\n";
