@@ -1,8 +1,11 @@
 // The MPI session, communicators and their collective operations, each bounded by a timeout.
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <limits>
 #include <thread>
 
 #include "mpi.hpp"
@@ -29,6 +32,26 @@ communicator::state::~state() {
 
 namespace detail {
 
+namespace {
+std::atomic<bool> failed{false};
+}  // namespace
+
+rank_lost_error lost(const std::string& message, int peer) {
+  if (!failed.exchange(true)) {
+    // The backstop: the caller may catch the exception and go on (or wait in MPI_Finalize);
+    // the job ends anyway, a few seconds later, from a thread of its own.
+    std::thread([message] {
+      std::this_thread::sleep_for(std::chrono::duration<double>(lost_rank_grace_seconds));
+      abort_job(1, message);
+    }).detach();
+  }
+  return rank_lost_error(message, peer);
+}
+
+bool job_failed() {
+  return failed.load();
+}
+
 std::string mpi_error_text(int code) {
   char text[MPI_MAX_ERROR_STRING];
   int length = 0;
@@ -40,7 +63,7 @@ void check(const communicator::state& c, int code, std::string_view what, int pe
   if (code == MPI_SUCCESS) return;
   std::string message = c.me() + ": " + std::string(what);
   if (peer >= 0) message += " (with rank " + std::to_string(peer) + ")";
-  throw rank_lost_error(message + ": " + mpi_error_text(code), peer);
+  throw lost(message + ": " + mpi_error_text(code), peer);
 }
 
 poller::poller(double timeout_seconds) : timeout_(timeout_seconds), last_(std::chrono::steady_clock::now()) {}
@@ -67,9 +90,9 @@ void wait_all(const communicator::state& c, std::span<MPI_Request> requests, std
     if (done) return;
     if (p.timed_out()) {
       const std::string who = peer >= 0 ? "rank " + std::to_string(peer) : "the other ranks";
-      throw rank_lost_error(c.me() + ": no answer from " + who + " for " + std::to_string(c.timeout) + " s in " +
-                                std::string(what) + ": " + who + " stopped, died or hangs",
-                            peer);
+      throw lost(c.me() + ": no answer from " + who + " for " + std::to_string(c.timeout) + " s in " +
+                     std::string(what) + ": " + who + " stopped, died or hangs",
+                 peer);
     }
     p.polled(false);
   }
@@ -192,12 +215,30 @@ MPI_Comm init_world(int& argc, char**& argv) {
 
 }  // namespace
 
+namespace {
+/// Whether every rank of `c` comes here within `seconds`; waits without spinning.
+bool all_arrive(const communicator& c, double seconds) {
+  MPI_Request r;
+  if (MPI_Ibarrier(c.mpi().comm, &r) != MPI_SUCCESS) return false;
+  const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  for (int done = 0;;) {
+    if (MPI_Test(&r, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) return false;
+    if (done) return true;
+    if (std::chrono::steady_clock::now() > end) return false;  // the request stays: the job ends
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+}
+}  // namespace
+
 session::session(int& argc, char**& argv)
     : world_(std::make_shared<communicator::state>(init_world(argc, argv))), uncaught_(std::uncaught_exceptions()) {}
 
 session::~session() {
-  if (std::uncaught_exceptions() > uncaught_) abort_job(1);  // others may be waiting for this rank
-  world_ = communicator(nullptr);                            // frees the communicator first
+  // others may be waiting for this rank, or this rank for a lost one: MPI_Finalize would wait
+  if (std::uncaught_exceptions() > uncaught_ || detail::job_failed()) abort_job(1);
+  // wait for the others without spinning (MPI_Finalize polls at full speed while it waits)
+  all_arrive(world_, std::numeric_limits<double>::infinity());
+  world_ = communicator(nullptr);  // frees the communicator first
   MPI_Finalize();
 }
 
@@ -224,11 +265,17 @@ bool launched_by_mpi() {
 
 int run(int& argc, char**& argv, const std::function<int(communicator&)>& body) {
   session s(argc, argv);
+  int status = 1;
   try {
-    return body(s.world());
+    status = body(s.world());
   } catch (const std::exception& e) {
     abort_job(1, e.what());
   }
+  // A rank that gave up may leave the others waiting for it: unless every rank gave up at the
+  // same point (a bad setting each of them found), end them all, whatever the body did with
+  // the error it met (printed it, caught it, or only returned non-zero).
+  if (status != 0 && (detail::job_failed() || !all_arrive(s.world(), 2.0))) abort_job(status);
+  return status;
 }
 
 }  // namespace loom::distributed

@@ -318,10 +318,10 @@ double data_parallel<T>::impl::reduce_step() {
       for (std::size_t b = 0; b < jobs.size() && peer < 0; ++b)
         if (!done[b]) peer = jobs[b].waiting_for();
       const std::string who = peer >= 0 ? "rank " + std::to_string(peer) : "the other ranks";
-      throw rank_lost_error(comm.mpi().me() + ": no gradients from " + who + " for " +
-                                std::to_string(static_cast<int>(comm.timeout())) + " s: " + who +
-                                " stopped, died or hangs; ending the job",
-                            peer);
+      throw detail::lost(comm.mpi().me() + ": no gradients from " + who + " for " +
+                             std::to_string(static_cast<int>(comm.timeout())) + " s: " + who +
+                             " stopped, died or hangs; ending the job",
+                         peer);
     }
     poller.polled(progressed);
   }

@@ -30,6 +30,19 @@ struct communicator::state {
 
 namespace detail {
 
+/// The rank_lost_error to throw for `message` (lost rank `peer`, -1 if unknown), after arming the
+/// job's end: from now on this process ends the whole job (abort_job) at the latest
+/// `lost_rank_grace_seconds` later, and its session aborts instead of finalising, whatever the
+/// caller does with the exception (a rank waiting in MPI_Finalize for a stopped rank would wait
+/// for ever).
+rank_lost_error lost(const std::string& message, int peer);
+
+/// Whether this process has reported a lost rank (see lost()).
+bool job_failed();
+
+/// How long a process that reported a lost rank goes on before it ends the job itself.
+inline constexpr double lost_rank_grace_seconds = 3;
+
 /// MPI's text for an error code.
 std::string mpi_error_text(int code);
 

@@ -30,6 +30,8 @@ namespace loom::distributed {
 
 /// Another rank did not answer within the timeout, or MPI reported a failure talking to it: the
 /// job cannot go on. rank() is the rank that was lost (-1 when MPI does not say which).
+/// Once a process has thrown it, the job ends (abort_job) at the latest 3 s later, whatever the
+/// caller does with the exception: catch it to print or clean up, not to go on.
 class rank_lost_error : public error {
  public:
   rank_lost_error(const std::string& what, int lost_rank) : error(what), lost_(lost_rank) {}
@@ -87,9 +89,10 @@ class communicator {
 };
 
 /// MPI for this process: initialised (thread level MPI_THREAD_SERIALIZED, which loom's
-/// communication thread needs) by the constructor, finalised by the destructor — or, when the
-/// destructor runs because of an exception, the whole job is aborted (MPI_Abort), since the
-/// other ranks may be waiting for this one. One session per process.
+/// communication thread needs) by the constructor, finalised by the destructor after every rank
+/// has come to it (waiting without spinning) — or, when the destructor runs because of an
+/// exception or after this process lost a rank (rank_lost_error), the whole job is aborted
+/// (MPI_Abort), since the other ranks may be waiting for this one. One session per process.
 class session {
  public:
   /// Throws error if MPI is already initialised or lacks MPI_THREAD_SERIALIZED.
@@ -113,8 +116,10 @@ class session {
 /// environment variables they set, so that a program can run without MPI when started alone.
 bool launched_by_mpi();
 
-/// Runs body(world) in a session and returns its result. An exception from body is printed on
-/// stderr as "loom: rank R: <what>" and ends the whole job with status 1 (abort_job).
+/// Runs body(world) in a session and returns its result (0). An exception from body is printed
+/// on stderr as "loom: rank R: <what>" and ends the whole job with status 1 (abort_job); a
+/// non-zero result ends the whole job with that status, since the other ranks may be waiting for
+/// this one.
 int run(int& argc, char**& argv, const std::function<int(communicator&)>& body);
 
 }  // namespace loom::distributed
