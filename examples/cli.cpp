@@ -117,7 +117,21 @@ void command_line::parse(int argc, char** argv) {
   for (const auto& assign : impl_->after) assign();
 }
 
+namespace {
+/// The rank an MPI launcher gave this process (from its environment), 0 when there is none.
+long launcher_rank() {
+  for (const char* name : {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID"})
+    if (const char* value = std::getenv(name)) return std::strtol(value, nullptr, 10);
+  return 0;
+}
+}  // namespace
+
 void command_line::fail(const std::string& message) const {
+  if (launcher_rank() == 0) report(message);
+  std::exit(2);
+}
+
+void command_line::report(const std::string& message) const {
   std::string line;
   int lines = 0, more = 0;
   for (std::size_t pos = 0; pos < message.size();) {
@@ -128,7 +142,6 @@ void command_line::fail(const std::string& message) const {
   }
   if (more > 0) line += "; and " + std::to_string(more) + " more";
   std::fprintf(stderr, "%s: %s\n", impl_->app.get_name().c_str(), line.c_str());
-  std::exit(2);
 }
 
 std::string writable_folder(const std::string& path) {

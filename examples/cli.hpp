@@ -87,8 +87,11 @@ class command_line {
   /// below, naming the option.
   void parse(int argc, char** argv);
   /// Ends the program with one line, "<program>: <message>", and exit status 2. Messages of
-  /// several lines (a checkpoint's list of differences) are joined with "; ".
+  /// several lines (a checkpoint's list of differences) are joined with "; ". Under an MPI
+  /// launcher only rank 0 prints it (every rank finds the same problem).
   [[noreturn]] void fail(const std::string& message) const;
+  /// Prints the line fail() prints, and returns.
+  void report(const std::string& message) const;
 
  private:
   command_line& add_whole(const std::string& flag, std::function<void(std::uint64_t)> set, std::uint64_t lo,

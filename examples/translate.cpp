@@ -4,22 +4,28 @@
 // and corpus BLEU-4 of both.
 //
 //   translate [--minutes M] [--steps N] [--threads N] [--out DIR] [--seed S] [--batch B]
-//             [--max N] [--checkpoint-every N] [--resume] [--accumulate A]
+//             [--max N] [--checkpoint-every N] [--resume] [--stop-after N] [--accumulate A]
+//             [--timeout SECONDS]
 //
 // Writes DIR/checkpoint.safetensors (parameters and optimizer state, every --checkpoint-every
 // steps and at the end), DIR/loss.csv, DIR/loss.svg (the loss curve) and DIR/attention.svg
 // (cross-attention of one example). --resume continues from DIR/checkpoint.safetensors when
-// there is one (same --seed, --batch, --max and --steps), keeping loss.csv up to its step.
+// there is one (same --seed, --batch, --max and --steps, and the same micro-batches per step),
+// keeping loss.csv up to its step; --stop-after N ends training after step N as if interrupted.
 //
 // Data parallel over MPI (when loom::distributed was built): `mpirun -np 2 translate --threads 1`
 // trains on 2 processes, each taking its share of every step's batch (docs/distributed.md); the
 // progress line, the evaluation and the files come from rank 0. --accumulate A cuts each
-// process's share into A micro-batches whose gradients are accumulated.
+// process's share into A micro-batches whose gradients are accumulated. The same micro-batches per
+// step (processes × A) give the same bits: a run may resume on another number of processes, and
+// its checkpoints equal, byte for byte, those of one process accumulating them all. --timeout:
+// how long a process waits for another before it ends the job (default 30 s).
 #include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -50,7 +56,6 @@ struct run_settings {
   cli::setting<std::size_t, "examples per step", 1, 4096> batch = 64;
   cli::setting<long, "largest number in the data", 100'000, 999'999'999> max = 999'999'999;
   cli::setting<long, "training steps", 1, 100'000'000> steps = 4000;
-  cli::setting<std::int64_t, "micro-batches per process and step (gradient accumulation)", 1, 4096> accumulate = 1;
 };
 
 struct settings {
@@ -59,11 +64,14 @@ struct settings {
   std::string out = "out/translate";
   long checkpoint_every = 500;
   bool resume = false;
+  long stop_after = 0;         // end training after this step, as if interrupted (0: never)
+  std::int64_t accumulate = 1;  // micro-batches per process and step
+  double timeout = 30;          // seconds a process waits for another (data parallel)
   run_settings run;
 };
 
 }  // namespace
-BOOST_HANA_ADAPT_STRUCT(run_settings, seed, batch, max, steps, accumulate);
+BOOST_HANA_ADAPT_STRUCT(run_settings, seed, batch, max, steps);
 namespace {
 
 #ifdef LOOM_HAVE_DISTRIBUTED
@@ -82,18 +90,33 @@ void add_options(cli::command_line& app, settings& s) {
       .whole("--checkpoint-every", s.checkpoint_every, 0, 100'000'000,
              "save a checkpoint every N steps (0: only at the end)")
       .flag("--resume", s.resume, "continue from the checkpoint in --out, if there is one")
+      .whole("--stop-after", s.stop_after, 0, 100'000'000,
+             "end training after this step as if interrupted, saving the checkpoint (0: never)")
+      .whole("--accumulate", s.accumulate, 1, 4096, "micro-batches per process and step (gradient accumulation)")
+      .number("--timeout", s.timeout, 0.1, 1e6,
+              "seconds a process waits for another (under mpirun) before it ends the job")
       .options(s.run);
 }
 
 // What a checkpoint was trained with, from the two reflected structs: the run's settings by
 // their names ("seed", "batch", ...) and the model's configuration ("model.d_model", ...). A
 // resumed run must have the same.
-std::map<std::string, std::string> run_metadata(const settings& s) {
+// The micro-batches of a step (processes × --accumulate) are recorded, not --accumulate: the
+// same micro-batches give the same bits on any number of processes, so a run may resume on
+// another, and its checkpoints are byte for byte those of the same run on one process.
+std::map<std::string, std::string> run_metadata(const settings& s, std::int64_t micro_batches) {
   auto m = reflect::to_map(s.run);
   m.merge(reflect::to_map(cfg, "model."));
   m["example"] = "translate";
+  m["micro_batches"] = std::to_string(micro_batches);
   return m;
 }
+
+// A problem with the command line found once the processes run: every rank finds it, rank 0
+// says it, and all end with status 2.
+struct usage_error : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
 
 // Mean loss over the validation split (eval mode: no dropout).
 template <class Graph>
@@ -135,7 +158,16 @@ int main(int argc, char** argv) {
 int train_and_evaluate(const settings& s, const cli::command_line& app, world_t* world) {
   const int rank = world ? world->rank() : 0, ranks = world ? world->size() : 1;
   if (rank != 0) std::freopen("/dev/null", "w", stdout);  // rank 0 speaks and writes the files
+  const std::int64_t micro_batches = ranks * s.accumulate;  // per step, over all processes
   try {
+    if (s.run.batch % static_cast<std::size_t>(micro_batches) != 0)
+      throw usage_error("--batch " + std::to_string(s.run.batch.value) + " cannot be cut into " +
+                        std::to_string(micro_batches) + " micro-batches (" + std::to_string(ranks) +
+                        " process(es) x --accumulate " + std::to_string(s.accumulate) +
+                        "): choose --batch and --accumulate so that they divide it");
+#ifdef LOOM_HAVE_DISTRIBUTED
+    if (world) world->set_timeout(s.timeout);
+#endif
     // ---- data: distinct numbers, no number in two splits
     task t(s.run.max, 60'000, 1'000, 2'000, s.run.seed);
     std::printf("numbers in [0, %ld]: %zu train, %zu validation, %zu test; vocabularies %d + %d tokens\n",
@@ -161,7 +193,7 @@ int train_and_evaluate(const settings& s, const cli::command_line& app, world_t*
     adam<float> opt(params, {.lr = 1e-3});
     opt.set_schedule(warmup_cosine(1e-3, s.run.steps / 20, s.run.steps, 2e-5));
     const std::string checkpoint = s.out + "/checkpoint.safetensors";
-    const auto metadata = run_metadata(s);
+    const auto metadata = run_metadata(s, micro_batches);
     bool resuming = s.resume && rank == 0 && std::filesystem::exists(checkpoint);  // rank 0 reads it
 #ifdef LOOM_HAVE_DISTRIBUTED
     if (world) world->broadcast(std::span(&resuming, 1));
@@ -176,13 +208,20 @@ int train_and_evaluate(const settings& s, const cli::command_line& app, world_t*
         saved = load_checkpoint(checkpoint, params, opt);
 #endif
       } catch (const error& e) {
-        app.fail(std::string("--resume: ") + e.what());
+        throw usage_error(std::string("--resume: ") + e.what());
       }
-      for (const auto& [key, value] : metadata)
-        if (saved[key] != value)
-          app.fail("--resume: " + checkpoint + " was trained with " + key + " " +
-                             (saved[key].empty() ? "(none)" : saved[key]) + ", this run has " + value +
-                             ": resume with the same settings, or without --resume to start afresh");
+      for (const auto& [key, value] : metadata) {
+        if (saved[key] == value) continue;
+        const std::string was = saved[key].empty() ? "(none)" : saved[key];
+        if (key == "micro_batches")
+          throw usage_error("--resume: " + checkpoint + " was trained with " + was +
+                            " micro-batches per step, this run has " + value + " (" + std::to_string(ranks) +
+                            " process(es) x --accumulate " + std::to_string(s.accumulate) +
+                            "): choose processes and --accumulate whose product is " + was +
+                            ", or start afresh without --resume");
+        throw usage_error("--resume: " + checkpoint + " was trained with " + key + " " + was + ", this run has " +
+                          value + ": resume with the same settings, or without --resume to start afresh");
+      }
       std::printf("resumed from %s at step %lld\n", checkpoint.c_str(), static_cast<long long>(opt.steps()));
     }
     const std::int64_t first_step = opt.steps();
@@ -193,7 +232,6 @@ int train_and_evaluate(const settings& s, const cli::command_line& app, world_t*
       options.progress.out = std::fopen("/dev/null", "w");
     }
     trainer<float> trainer(run, params, opt, options);
-    const std::int64_t micro_batches = ranks * s.run.accumulate;  // per step, over all processes
 #ifdef LOOM_HAVE_DISTRIBUTED
     std::unique_ptr<distributed::data_parallel<float>> dp;
     if (world) {  // the same settings on every rank, rank 0's initial parameters
@@ -229,13 +267,14 @@ int train_and_evaluate(const settings& s, const cli::command_line& app, world_t*
         trainer.validation(validation_loss(t, eval_graph, params, s.threads));
       // the log is written before the checkpoint, so a resumed run finds every row it keeps
       if (s.checkpoint_every > 0 && step % s.checkpoint_every == 0 && step != s.run.steps) save(metadata);
-      bool out_of_time = trainer.seconds() > s.minutes * 60;
+      bool out_of_time = trainer.seconds() > s.minutes * 60 || step == s.stop_after;
 #ifdef LOOM_HAVE_DISTRIBUTED
       if (world) world->broadcast(std::span(&out_of_time, 1));  // rank 0 decides for everyone
 #endif
       if (out_of_time) {
         trainer.finish();
-        std::printf("time limit reached after %ld steps\n", step);
+        std::printf(step == s.stop_after ? "stopped after step %ld (--stop-after)\n" : "time limit reached after %ld steps\n",
+                    step);
         break;
       }
     }
@@ -313,6 +352,9 @@ int train_and_evaluate(const settings& s, const cli::command_line& app, world_t*
                 s.out.c_str(), s.out.c_str(), s.out.c_str());
     std::printf("\nresult: %.2f%% exact match, BLEU-4 %.2f, %lld steps in %.0f s\n", 100 * accuracy, 100 * bleu.bleu,
                 trained, train_seconds);
+  } catch (const usage_error& e) {
+    if (rank == 0) app.report(e.what());
+    return 2;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "translate: error: %s\n", e.what());
     return 1;
