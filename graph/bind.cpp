@@ -86,6 +86,9 @@ void bind_symbols(const plan_view& plan, const std::vector<const feed*>& fed, co
       throw shape_error("forward: " + who(i, from_feed) + " must have rank " + std::to_string(d->rank) + " (" +
                         plan.shape_text(i) + "), got shape " + got.str());
     for (int a = 0; a < d->rank; ++a) {
+      if (got.d[a] < 0)
+        throw shape_error("forward: " + who(i, from_feed) + " axis " + std::to_string(a) + " has size " +
+                          std::to_string(got.d[a]) + " (shape " + got.str() + "): a size cannot be negative");
       const plan_dim& pd = plan.dims[i][a];
       if (pd.n_syms == 0) {
         if (from_feed && got.d[a] != pd.constant)  // a parameter's fixed dims: step 3 checks them

@@ -52,6 +52,7 @@ class header_source {
   bool done() const { return pos_ == len_; }
   char current() const { return buffer_[pos_]; }
   void advance() {
+    follow_strings(buffer_[pos_]);
     if (++pos_ == len_) fill();
   }
 
@@ -63,11 +64,28 @@ class header_source {
       throw io_error(where_ + "the file ended inside its header (was it changed while being read?)");
     offset_ += len_, remaining_ -= len_;
   }
+  // JSON's strings, followed byte by byte: one longer than max_header_string_bytes is refused
+  // here, before the parser has built it (its buffers hold up to ~7 bytes per string byte).
+  void follow_strings(char c) {
+    if (!in_string_) {
+      in_string_ = c == '"';
+      string_bytes_ = 0;
+      return;
+    }
+    if (escaped_) escaped_ = false;
+    else if (c == '\\') escaped_ = true;
+    else if (c == '"') in_string_ = false;
+    if (in_string_ && ++string_bytes_ > max_header_string_bytes)
+      throw io_error(where_ + "a string in the header (a tensor name or metadata) is longer than the limit of " +
+                     std::to_string(max_header_string_bytes) + " bytes");
+  }
   int fd_;
   std::uint64_t offset_, remaining_;
   std::string where_;
   std::vector<char> buffer_;
   std::size_t pos_ = 0, len_ = 0;
+  bool in_string_ = false, escaped_ = false;
+  std::size_t string_bytes_ = 0;
 };
 
 // An input iterator over a header_source, for nlohmann's SAX parser; a null source is the end.

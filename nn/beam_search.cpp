@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "loom/core/errors.hpp"
+#include "loom/nn/generate.hpp"
 
 namespace loom::nn {
 
@@ -67,6 +68,10 @@ beam_result beam_search(executor<T>& step, kv_cache<T>& cache, const std::vector
   const auto clock_start = std::chrono::steady_clock::now();
   const std::int64_t k = o.beam, n_prompts = static_cast<std::int64_t>(prompts.size());
   if (k < 1) throw value_error("beam_search: the beam width must be at least 1, got " + std::to_string(k));
+  if (o.max_new_tokens < 0)
+    throw value_error("beam_search: max_new_tokens must be >= 0, got " + std::to_string(o.max_new_tokens));
+  if (!std::isfinite(o.length_penalty))
+    throw value_error("beam_search: length_penalty must be a finite number, got " + std::to_string(o.length_penalty));
   const std::int64_t rows = n_prompts * k;
   if (rows != cache.batch())
     throw shape_error("beam_search: " + std::to_string(n_prompts) + " prompts × beam " + std::to_string(k) +
@@ -144,6 +149,7 @@ beam_result beam_search(executor<T>& step, kv_cache<T>& cache, const std::vector
         }
         // log softmax of this hypothesis' logits, in double
         const T* row = logits.data + (h.row * n + n - 1) * vocab;
+        check_logits(std::span<const T>(row, static_cast<std::size_t>(vocab)), "beam_search");
         double mx = -std::numeric_limits<double>::infinity(), total = 0;
         for (std::int64_t v = 0; v < vocab; ++v) mx = std::max(mx, static_cast<double>(row[v]));
         for (std::int64_t v = 0; v < vocab; ++v) total += std::exp(static_cast<double>(row[v]) - mx);

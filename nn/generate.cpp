@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <numeric>
 #include <string>
 
@@ -53,11 +54,30 @@ LOOM_VECTOR_CLONES std::size_t first_max(std::span<const T> x) {
 }  // namespace
 
 template <class T>
+void check_logits(std::span<const T> logits, const char* who) {
+  // one pass without branches (it vectorises): NaN and +inf fail `<= max`, −inf passes it
+  bool unusable = false, any_finite = false;
+  for (const T x : logits) {
+    unusable |= !(x <= std::numeric_limits<T>::max());
+    any_finite |= x > -std::numeric_limits<T>::infinity();
+  }
+  if (unusable)
+    for (std::size_t i = 0; i < logits.size(); ++i)
+      if (!(logits[i] <= std::numeric_limits<T>::max()))
+        throw value_error(std::string(who) + ": logit " + std::to_string(i) + " is " +
+                          (std::isnan(logits[i]) ? "NaN" : "+inf") +
+                          ": logits must be finite (−inf gives a token probability 0)");
+  if (!any_finite && !logits.empty())
+    throw value_error(std::string(who) + ": every logit is −inf: no token can be chosen");
+}
+
+template <class T>
 int pick_token(std::span<const T> logits, double temperature, int top_k, double draw) {
   check_sampling(temperature, top_k, "pick_token");
   if (!(draw >= 0 && draw < 1)) throw value_error("pick_token: draw must be in [0, 1), got " + std::to_string(draw));
   const int v = static_cast<int>(logits.size());
   if (v == 0) throw value_error("generate: empty logits");
+  check_logits(logits, "pick_token");
   if (temperature <= 0) return static_cast<int>(first_max(logits));
   std::vector<int> order(static_cast<std::size_t>(v));
   std::iota(order.begin(), order.end(), 0);
@@ -175,6 +195,8 @@ generate_result generate(executor<T>& step, kv_cache<T>& cache, const std::vecto
   return result;
 }
 
+template void check_logits<float>(std::span<const float>, const char*);
+template void check_logits<double>(std::span<const double>, const char*);
 template int pick_token<float>(std::span<const float>, double, int, double);
 template int pick_token<double>(std::span<const double>, double, int, double);
 template generate_result generate<float>(executor<float>&, kv_cache<float>&, const std::vector<std::vector<int>>&,

@@ -122,6 +122,37 @@ TEST_CASE("a header listing more than a million tensors is refused") {
   CHECK_THAT(message_of([&] { read_safetensors(path); }), Catch::Contains("more than 1000000 tensors"));
 }
 
+TEST_CASE("a tensor name or metadata value of megabytes is refused, and reading it stays within 64 MiB + 4 times the file") {
+  scratch_dir dir("limits");
+  const std::string path = dir.file("long_name.safetensors");
+  for (const std::size_t length : {max_header_string_bytes + 1, std::size_t{40} << 20}) {
+    const std::string name(length, 'n');
+    const auto bytes = test::raw_safetensors("{\"" + name + R"(":{"dtype":"U8","shape":[0],"data_offsets":[0,0]}})");
+    test::write_bytes(path, bytes);
+    std::size_t peak = 0;
+    const std::string message = message_of([&] { peak = peak_heap_of([&] { read_safetensors(path); }); });
+    INFO("name of " << length << " bytes, file " << bytes.size() << " bytes, peak heap " << peak << " bytes");
+    CHECK_THAT(message, Catch::Contains("a string in the header (a tensor name or metadata) is longer than the limit of "
+                                        "1048576 bytes"));
+    CHECK(peak < (std::size_t{64} << 20) + 4 * bytes.size());
+    CHECK(peak < 8 * max_header_string_bytes + (1u << 20));  // refused as it passes the limit, not after
+  }
+  const std::string meta(max_header_string_bytes + 1, 'v');
+  test::write_bytes(path, test::raw_safetensors(R"({"__metadata__":{"k":")" + meta + "\"}}"));
+  CHECK_THAT(message_of([&] { read_safetensors(path); }), Catch::Contains("is longer than the limit"));
+}
+
+TEST_CASE("a name of exactly the string limit is read, escaped quotes inside names included") {
+  scratch_dir dir("limits");
+  const std::string path = dir.file("limit_name.safetensors");
+  std::string name(max_header_string_bytes - 3, 'n');
+  name += "\\\"x";  // \" and x: 3 bytes of the file (the quote escaped: the string goes on)
+  test::write_bytes(path, test::raw_safetensors("{\"" + name + R"(":{"dtype":"U8","shape":[0],"data_offsets":[0,0]}})"));
+  const auto file = read_safetensors(path);
+  REQUIRE(file.tensors.size() == 1);
+  CHECK(file.tensors.begin()->first.size() == max_header_string_bytes - 1);  // the name as JSON decodes it
+}
+
 TEST_CASE("a header of more than 100,000 metadata entries is refused, so tiny entries cannot bloat memory") {
   scratch_dir dir("limits");
   const std::string path = dir.file("meta.safetensors");
@@ -240,6 +271,31 @@ TEST_CASE("a checkpoint with NaN in a parameter or an optimizer buffer is refuse
   load_checkpoint(path, into, fresh, {.allow_non_finite = true});
   CHECK(fresh.steps() == 1);
   CHECK(std::isinf(fresh.state().buffers.at("exp_avg").at("w")[0]));
+}
+
+TEST_CASE("a checkpoint whose Adam exp_avg_sq holds a negative value is refused, naming it, and nothing loads") {
+  scratch_dir dir("limits");
+  const std::string path = dir.file("negative.safetensors");
+  param_store<float> params;
+  params.set("w", tensor<float>({2}, {0.5f, -0.5f}));
+  adam<float> opt(params);
+  params.grad("w").fill(1.0f);
+  opt.step();
+  save_checkpoint(path, params, opt);
+  auto file = read_safetensors(path);  // the second moment's element 1 made -3, as swapped offsets can
+  auto& bytes = file.tensors.at("optimizer.exp_avg_sq.w").bytes;
+  const float minus_three = -3.0f;
+  std::memcpy(bytes.data() + sizeof(float), &minus_three, sizeof(float));
+  write_safetensors(path, file);
+  param_store<float> into;
+  into.set("w", tensor<float>({2}));
+  adam<float> fresh(into);
+  for (bool allow_non_finite : {false, true})
+    CHECK_THAT(message_of([&] { load_checkpoint(path, into, fresh, {.allow_non_finite = allow_non_finite}); }),
+               Catch::Contains("exp_avg_sq of \"w\": element 1 is -3") &&
+                   Catch::Contains("a second moment is never negative"));
+  CHECK(fresh.steps() == 0);
+  CHECK(into.value("w")[0] == 0.0f);
 }
 
 TEST_CASE("a PyTorch state_dict holding NaN is refused by the importer unless allowed") {

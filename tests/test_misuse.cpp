@@ -9,6 +9,7 @@
 
 #include "../ops/blas.hpp"
 #include "loom/loom.hpp"
+#include "loom/nn/beam_search.hpp"
 #include "loom/nn/generate.hpp"
 #include "loom/nn/linear.hpp"
 #include "loom/nn/transformer.hpp"
@@ -277,4 +278,56 @@ TEST_CASE("sampling settings out of their domain are refused: NaN is not greedy,
   for (const auto& bad : {nn::generate_options{.temperature = nan}, nn::generate_options{.top_k = -3},
                           nn::generate_options{.max_new_tokens = -1}})
     CHECK_THROWS_AS(nn::generate(run, cache, {{1, 2}}, bad), value_error);
+}
+
+TEST_CASE("non-finite logits are refused in greedy decoding and sampling; −inf alone forbids a token") {
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  const std::vector<float> plus_inf{inf, 0.0f, inf}, with_nan{0.1f, nan, 2.0f}, all_minus_inf{-inf, -inf};
+  for (double temperature : {0.0, 1.0}) {
+    CHECK_THAT(message_of([&] { nn::pick_token<float>(std::span<const float>(plus_inf), temperature, 0, 0.5); }),
+               Catch::Contains("pick_token: logit 0 is +inf"));
+    CHECK_THAT(message_of([&] { nn::pick_token<float>(std::span<const float>(with_nan), temperature, 0, 0.5); }),
+               Catch::Contains("pick_token: logit 1 is NaN"));
+    CHECK_THAT(message_of([&] { nn::pick_token<float>(std::span<const float>(all_minus_inf), temperature, 0, 0.5); }),
+               Catch::Contains("every logit is −inf"));
+  }
+  const std::vector<float> forbidden{-inf, 0.5f, -inf, 0.25f};
+  CHECK(nn::pick_token<float>(std::span<const float>(forbidden), 0.0, 0, 0.0) == 1);
+  for (double draw : {0.0, 0.3, 0.7, 0.999}) {
+    const int t = nn::pick_token<float>(std::span<const float>(forbidden), 1.0, 0, draw);
+    CHECK((t == 1 || t == 3));  // never a token of probability 0
+  }
+}
+
+TEST_CASE("beam_search refuses a negative max_new_tokens, a length penalty that is not finite, and NaN logits") {
+  auto step = make_graph(nn::language_model<lm, nn::decode_mode>::logits());
+  auto params = step.make_params<float>(8);
+  auto run = step.executor<float>(params, {.inference = true});
+  nn::kv_cache<float> cache(step, 2, 16);
+  const std::vector<std::vector<int>> prompt{{1, 2}};
+  CHECK_THAT(message_of([&] { nn::beam_search(run, cache, prompt, {.beam = 2, .max_new_tokens = -5}); }),
+             Catch::Contains("max_new_tokens must be >= 0, got -5"));
+  CHECK_THAT(message_of([&] {
+               nn::beam_search(run, cache, prompt, {.beam = 2, .length_penalty = std::numeric_limits<double>::quiet_NaN()});
+             }),
+             Catch::Contains("length_penalty must be a finite number"));
+  CHECK(nn::beam_search(run, cache, prompt, {.beam = 2, .max_new_tokens = 3}).hypotheses.size() == 1);
+  for (auto& [name, e] : params)  // a model whose logits are NaN
+    if (name.find("head") != std::string::npos || name.find("lm") != std::string::npos)
+      for (auto& v : e.value.values()) v = std::numeric_limits<float>::quiet_NaN();
+  CHECK_THAT(message_of([&] { nn::beam_search(run, cache, prompt, {.beam = 2, .max_new_tokens = 3}); }),
+             Catch::Contains("beam_search: logit 0 is NaN"));
+  CHECK_THAT(message_of([&] { nn::generate(run, cache, {{1, 2}, {3}}, {.max_new_tokens = 3}); }),
+             Catch::Contains("logit 0 is NaN"));
+}
+
+TEST_CASE("a feed with a negative size is refused naming the size, not as an unbound dim") {
+  auto x = input<"x", shape<dyn<"T">, fix<3>>>();
+  auto g = make_graph(sum(x));
+  auto params = g.make_params<float>(1);
+  auto run = g.executor<float>(params);
+  tensor<float> ok(dims_t{2, 3});
+  const feed bad("x", tensor_view<const float>{ok.data(), dims_t{-4, 3}});
+  CHECK_THAT(message_of([&] { run.forward({bad}); }),
+             Catch::Contains("input \"x\" axis 0 has size -4 (shape [-4, 3]): a size cannot be negative"));
 }

@@ -2,6 +2,8 @@
 // round trip, resume equivalence, bad files, and a save that fails half-way.
 #include <catch2/catch.hpp>
 
+#include <limits>
+
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -304,6 +306,22 @@ TEST_CASE("load_state rejects a state that does not fit the store and keeps its 
                     Catch::Contains("keeps no \"momentum_buffer\"") && Catch::Contains("\"nope\": no such parameter"));
   CHECK(same_state(opt.state(), good));
   CHECK(opt.state_differences(good).empty());
+}
+
+TEST_CASE("load_state refuses a negative second moment, naming the tensor and the element") {
+  auto p = reference_store<double>();
+  adam<double> opt(p);
+  set_reference_grads(p, 0);
+  opt.step();
+  const auto good = opt.state();
+  auto negative = good;  // the next step would take its square root: NaN parameters
+  negative.buffers["exp_avg_sq"]["b"][0] = -0.25;
+  CHECK_THROWS_WITH(opt.load_state(negative), Catch::Contains("exp_avg_sq of \"b\": element 0 is -0.25") &&
+                                                  Catch::Contains("a second moment is never negative"));
+  CHECK(same_state(opt.state(), good));
+  auto negative_first = good;  // a first moment may be negative
+  negative_first.buffers["exp_avg"]["b"][0] = -0.25;
+  CHECK(opt.state_differences(negative_first).empty());
 }
 
 // ---- clipping ----

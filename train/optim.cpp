@@ -157,6 +157,8 @@ std::vector<std::string> optimizer<T>::state_differences(const optimizer_state<T
                            params_.value(param).dims().str());
       else if (state.step == 0)
         problems.push_back(kind + " of \"" + param + "\": a buffer at step 0, before any update");
+      else if (std::string p = value_problem(kind, buf); !p.empty())
+        problems.push_back(kind + " of \"" + param + "\": " + p);
     }
   }
   if (state.step > 0)
@@ -168,6 +170,11 @@ std::vector<std::string> optimizer<T>::state_differences(const optimizer_state<T
                              std::to_string(state.step));
       }
   return problems;
+}
+
+template <class T>
+std::string optimizer<T>::value_problem(const std::string&, const tensor<T>&) const {
+  return {};  // non-finite values are the loaders' call (load_options::allow_non_finite)
 }
 
 template <class T>
@@ -309,6 +316,15 @@ LOOM_VECTOR_CLONES void adam_elements(const adam_step<T> k, T* __restrict p, con
     v[i] = vi;
     p[i] = pi + step * (mi / (std::sqrt(vi) / bc2 + eps));
   }
+}
+
+template <class T>
+std::string adam<T>::value_problem(const std::string& kind, const tensor<T>& buffer) const {
+  if (kind != "exp_avg_sq") return {};
+  for (std::int64_t i = 0; i < buffer.size(); ++i)
+    if (buffer[i] < 0)
+      return "element " + std::to_string(i) + " is " + number(buffer[i]) + ": a second moment is never negative";
+  return {};
 }
 
 template <class T>

@@ -89,6 +89,9 @@ struct tensor_bytes_view {
 /// Limits read_safetensors applies to files from untrusted sources (docs/reliability.md).
 /// The header is at most 100 MB, as PyTorch's safetensors reader allows.
 inline constexpr std::uint64_t max_header_bytes = 100'000'000;
+/// At most this many bytes in one string of the header (a tensor name, a metadata key or
+/// value): a name of megabytes is hostile, and its parse would hold several times its size.
+inline constexpr std::size_t max_header_string_bytes = std::size_t{1} << 20;
 /// At most this many tensors in one file.
 inline constexpr std::size_t max_stored_tensors = 1'000'000;
 /// At most this many dims in one shape (numpy's limit is 32 or 64).
@@ -101,7 +104,8 @@ inline constexpr std::size_t max_metadata_entries = 100'000;
 /// unreadable or short file, header length past the end or above max_header_bytes, header not
 /// a JSON object of the format's shape (a flat object of flat objects; nothing nests deeper),
 /// unknown field or dtype, a name given twice, more than max_stored_tensors tensors,
-/// max_stored_rank dims or max_metadata_entries metadata entries, a shape whose size differs from its offsets, offsets out of range,
+/// max_stored_rank dims or max_metadata_entries metadata entries, a string longer than
+/// max_header_string_bytes, a shape whose size differs from its offsets, offsets out of range,
 /// overlapping or leaving gaps. The header is parsed in one pass without being held whole;
 /// memory stays within a small multiple of the file's size, and tensor bytes are allocated only
 /// after every check passed. Never reads out of bounds, whatever the bytes.

@@ -53,8 +53,10 @@ struct beam_result {
 /// of all these remain; the cache rows follow their hypotheses (kv_cache::reorder, no
 /// recomputation). A prompt is done when its beam holds no live hypothesis; with k = 1 this is
 /// greedy decoding. Throws shape_error when the cache's batch is not prompts.size() · k,
-/// value_error for an empty prompt, k < 1, or an extra feed that is strided or has not
-/// prompts.size() rows, capacity_error when prompt + max_new_tokens exceeds the cache.
+/// value_error for an empty prompt, k < 1, a negative max_new_tokens, a length_penalty that is
+/// not finite, logits that check_logits (nn/generate.hpp) refuses, or an extra feed that is
+/// strided or has not prompts.size() rows, capacity_error when prompt + max_new_tokens exceeds
+/// the cache.
 template <class T>
 beam_result beam_search(executor<T>& step, kv_cache<T>& cache, const std::vector<std::vector<int>>& prompts,
                         const beam_options& options, std::span<const feed> extra = {});

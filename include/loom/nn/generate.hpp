@@ -41,15 +41,23 @@ struct generate_result {
 /// projected encoder memory), and whose output 0 is logits [B, T, V]. The cache is reset
 /// first. Calls on_token(sequence, token) as each token is chosen. Throws capacity_error when
 /// prompt + max_new_tokens exceeds the cache, value_error for an empty prompt, a temperature
-/// that is negative or not finite, a negative top_k or max_new_tokens.
+/// that is negative or not finite, a negative top_k or max_new_tokens, and logits that
+/// check_logits refuses.
 template <class T>
 generate_result generate(executor<T>& step, kv_cache<T>& cache, const std::vector<std::vector<int>>& prompts,
                          const generate_options& options, std::span<const feed> extra = {},
                          const std::function<void(std::size_t, int)>& on_token = {});
 
+/// Throws value_error, naming `who` and the first bad index, when a logit is NaN or +inf, or
+/// when every logit is −inf: no token could be chosen by a rule worth trusting. A −inf logit
+/// alone is allowed: its token has probability 0 (the usual way to forbid a token).
+template <class T>
+void check_logits(std::span<const T> logits, const char* who);
+
 /// Picks a token from logits [V]: arg max when temperature is 0, else a sample (see
 /// generate_options) drawn with `draw`, a uniform number in [0, 1). Throws value_error for
-/// settings out of their domain (as generate()) and a draw outside [0, 1).
+/// settings out of their domain (as generate()), a draw outside [0, 1) and logits that
+/// check_logits refuses.
 template <class T>
 int pick_token(std::span<const T> logits, double temperature, int top_k, double draw);
 

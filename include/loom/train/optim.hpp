@@ -77,6 +77,10 @@ class optimizer {
   void load_state(optimizer_state<T> state);
 
  protected:
+  /// Why the values of a buffer of `kind` cannot be this optimizer's (empty if they can). Adam
+  /// refuses a negative second moment, whose square root the next step would take; values that
+  /// are not finite are left to the loaders (load_options::allow_non_finite).
+  virtual std::string value_problem(const std::string& kind, const tensor<T>& buffer) const;
   optimizer(param_store<T>& params, double lr);
   /// Makes every buffer this step needs (packed(), for each of buffer_kinds()), before the
   /// step count moves: an update() cannot fail after it.
@@ -166,6 +170,7 @@ class adam : public optimizer<T> {
 
  protected:
   adam(param_store<T>& params, adam_options options, bool decoupled);
+  std::string value_problem(const std::string& kind, const tensor<T>& buffer) const override;
 
  private:
   void prepare() override;
