@@ -13,7 +13,8 @@ if(NOT all MATCHES "${EXPECT}")
 endif()
 # the diagnostics: what the compiler printed for TARGET's source — the output after the build
 # tool's line naming TARGET's object (a rebuild of loom before it is not counted), without the
-# build tool's own lines ("gmake[2]: *** ...", "FAILED: ...")
+# build tool's own lines ("gmake[2]: *** ...", "FAILED: ...", the command), paths relative to
+# SOURCE_DIR
 set(diag "${all}")
 string(FIND "${all}" "${TARGET}.dir/" at)
 if(at GREATER -1)
@@ -26,6 +27,12 @@ if(at GREATER -1)
 endif()
 string(REGEX REPLACE "(^|\n)(g?make|ninja)(\\[[0-9]+\\])?: [^\n]*" "\\1" diag "${diag}")
 string(REGEX REPLACE "(^|\n)FAILED: [^\n]*" "\\1" diag "${diag}")
+# the build tool's echo of the compile command is not a diagnostic
+string(REGEX REPLACE "(^|\n)[^\n]* -o [^\n]* -c [^\n]*" "\\1" diag "${diag}")
+# paths as the project names them, so that the size does not depend on where it is checked out
+if(SOURCE_DIR)
+  string(REPLACE "${SOURCE_DIR}/" "" diag "${diag}")
+endif()
 string(REGEX REPLACE "\n\n+" "\n" diag "${diag}")
 string(LENGTH "${diag}" bytes)
 if(bytes GREATER MAX_BYTES)
