@@ -100,11 +100,12 @@ TEST_CASE("pick_token samples from softmax(logits / temperature), restricted to 
 }
 
 // Greedy pick_token finds the first largest logit itself (vector lanes, then a search); it must
-// return what std::max_element returns for every length, tie, NaN, signed zero and infinity.
+// return what std::max_element returns for every length, tie, signed zero and −inf (NaN and
+// +inf are refused: nn::check_logits).
 template <class T>
 void greedy_matches_max_element() {
   const T nan = std::numeric_limits<T>::quiet_NaN(), inf = std::numeric_limits<T>::infinity();
-  const std::vector<T> specials{nan, inf, -inf, T(0), -T(0), T(1), T(-1), T(2)};
+  const std::vector<T> specials{-inf, T(0), -T(0), T(1), T(-1), T(2)};
   std::mt19937 gen(7);
   for (std::size_t n : {1, 2, 3, 7, 8, 9, 15, 16, 17, 31, 33, 64, 100, 1000})
     for (int trial = 0; trial < 60; ++trial) {
@@ -113,20 +114,22 @@ void greedy_matches_max_element() {
       for (auto& v : x) v = static_cast<T>(static_cast<int>(gen() % 7) - 3);
       const int extra = trial % 6;  // 0 to 5 special values at random places
       for (int e = 0; e < extra; ++e) x[gen() % n] = specials[gen() % specials.size()];
-      if (trial % 10 == 9) x[0] = nan;  // a NaN first wins
+      if (trial % 10 == 9) x[0] = -inf;
       const auto want = static_cast<int>(std::max_element(x.begin(), x.end()) - x.begin());
       INFO("n " << n << " trial " << trial);
       CHECK(nn::pick_token<T>(x, 0.0, 0, 0.0) == want);
+      x[gen() % n] = trial % 2 ? nan : inf;  // one NaN or +inf anywhere: refused
+      CHECK_THROWS_AS(nn::pick_token<T>(x, 0.0, 0, 0.0), value_error);
     }
 }
 
-TEST_CASE("greedy pick_token returns the index std::max_element does: first of the largest, NaN never larger") {
+TEST_CASE("greedy pick_token returns the index std::max_element does: first of the largest; NaN and +inf refused") {
   greedy_matches_max_element<float>();
   greedy_matches_max_element<double>();
   const std::vector<float> zeros{-0.f, 0.f, -1.f};
   CHECK(nn::pick_token<float>(zeros, 0.0, 0, 0.0) == 0);  // −0 and +0 are equal: the first
   const std::vector<float> all_nan(40, std::numeric_limits<float>::quiet_NaN());
-  CHECK(nn::pick_token<float>(all_nan, 0.0, 0, 0.0) == 0);
+  CHECK_THROWS_AS(nn::pick_token<float>(all_nan, 0.0, 0, 0.0), value_error);
 }
 
 TEST_CASE("generation that would exceed the cache throws capacity_error before running") {
