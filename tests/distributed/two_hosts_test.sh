@@ -16,6 +16,7 @@ fail() { echo "two-hosts test: FAILED: $*"; exit 1; }
 skip() { echo "two-hosts test: skipped: $*"; exit 77; }
 
 command -v ip >/dev/null || skip "no ip command (iproute2) to make network namespaces"
+unshare --uts true 2>/dev/null || skip "this machine cannot create UTS namespaces (each host's own name)"
 a=loomA$$ b=loomB$$ va=lmva$$ vb=lmvb$$
 cleanup() { ip netns del "$a" 2>/dev/null; ip netns del "$b" 2>/dev/null; }
 trap cleanup EXIT
