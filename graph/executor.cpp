@@ -12,7 +12,7 @@
 
 #include <oneapi/tbb/info.h>
 
-#include "../ops/registry.hpp"
+#include "../core/registry.hpp"
 #include "executor_impl.hpp"
 
 namespace loom {
@@ -42,7 +42,7 @@ void executor<T>::impl::adopt_plan() {
     const node_desc* d = plan.order[i];
     leaf[i] = d->op->role != node_role::op;
     needs_grad[i] = !opts.inference && (plan.from_param[i] || (opts.input_grads && plan.from_input[i]));
-    kernels[i] = ops::kernels_for<T>(*d->op);
+    kernels[i] = detail::kernels_for<T>(*d->op);
   }
   // views share their input's buffer, and their gradient too when they are its only
   // consumer (then dx = dy is the same memory)

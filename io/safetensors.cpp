@@ -9,7 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "atomic_file.hpp"
+#include "../core/atomic_file.hpp"
 
 namespace loom {
 

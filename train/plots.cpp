@@ -7,7 +7,7 @@
 #include <limits>
 #include <string_view>
 
-#include "../io/atomic_file.hpp"
+#include "../core/atomic_file.hpp"
 #include "loom/core/errors.hpp"
 #include "loom/train/progress.hpp"
 

@@ -10,7 +10,7 @@
 #include <iterator>
 #include <limits>
 
-#include "../io/atomic_file.hpp"
+#include "../core/atomic_file.hpp"
 #include "loom/core/errors.hpp"
 
 namespace loom {

@@ -3,7 +3,7 @@
 #include <algorithm>
 
 #include "loom/core/kernel.hpp"
-#include "../../ops/registry.hpp"
+#include "../../core/registry.hpp"
 #include "loom/core/node_desc.hpp"
 
 namespace loom::testing {
@@ -27,8 +27,8 @@ void skip(const ops::op_args<double>& a) {
 }  // namespace
 
 scoped_corruption::scoped_corruption(const op_entry& op, corruption how) : op_(op) {
-  ops::set_backward_override(op, how == corruption::run_twice ? &run_twice : &skip);
+  detail::set_backward_override(op, how == corruption::run_twice ? &run_twice : &skip);
 }
-scoped_corruption::~scoped_corruption() { ops::set_backward_override(op_, nullptr); }
+scoped_corruption::~scoped_corruption() { detail::set_backward_override(op_, nullptr); }
 
 }  // namespace loom::testing

@@ -5,7 +5,7 @@
 
 #include "loom/core/op_entry.hpp"
 
-namespace loom::ops {
+namespace loom::detail {
 
 /// The kernels of `op` in scalar type T, with any test override applied.
 template <class T>
@@ -15,4 +15,4 @@ op_kernels<T> kernels_for(const op_entry& op);
 /// backward in double. Not thread-safe with executors being constructed.
 void set_backward_override(const op_entry& op, kernel_fn<double> backward);
 
-}  // namespace loom::ops
+}  // namespace loom::detail

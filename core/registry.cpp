@@ -1,5 +1,5 @@
 // The list of ops a program declares (each op_def registers itself at start-up), the check
-// that their ids (hashes of their names) are unique, and the test seam of ops/registry.hpp.
+// that their ids (hashes of their names) are unique, and the test seam of core/registry.hpp.
 #include "registry.hpp"
 
 #include <algorithm>
@@ -76,9 +76,6 @@ void check_op_ids() {
     if (all[i]->id == all[i - 1]->id) collision(*all[i - 1], *all[i]);
   r.checked = r.ops.size();
 }
-}  // namespace detail
-
-namespace ops {
 
 template <class T>
 op_kernels<T> kernels_for(const op_entry& op) {
@@ -97,5 +94,5 @@ void set_backward_override(const op_entry& op, kernel_fn<double> backward) {
   if (backward) overrides.emplace_back(&op, backward);
 }
 
-}  // namespace ops
+}  // namespace detail
 }  // namespace loom
