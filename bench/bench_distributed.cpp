@@ -2,7 +2,7 @@
 // ffn 1024, vocabularies 1000; as bench_vs_torch's small_train): a global batch of B = 16
 // sequences of length 64 per step, cut into micro-batches.
 //
-//   bench_distributed [--threads T] [--micro-batches M] [--steps N] [--warmup W]
+//   bench_distributed [--threads T] [--micro-batches M] [--steps N] [--warmup W] [--shard-optimizer]
 //   mpirun -np 2 bench_distributed --threads 1 ...
 //
 // Alone, one process takes every micro-batch of the step (accumulating them); under mpirun the
@@ -11,7 +11,10 @@
 // same load. Prints one JSON line (rank 0): median step times, the medians of the reduction's
 // exposed time (from the end of backward until the gradients were ready) and active time (first
 // bucket ready to last reduced), and a checksum of the parameters — the same bits whatever the
-// split. scripts/bench_distributed runs the cases.
+// split. With --shard-optimizer each rank keeps and updates its share of Adam's state
+// (data_parallel::shard_optimizer); the line then also gives the largest share of optimizer
+// bytes a rank holds and the largest peak resident memory of a rank. scripts/bench_distributed
+// runs the cases.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -19,6 +22,8 @@
 #include <memory>
 #include <string>
 #include <vector>
+
+#include <sys/resource.h>
 
 #include "loom/data/sharding.hpp"
 #include "loom/distributed/data_parallel.hpp"
@@ -44,6 +49,7 @@ struct settings {
   int threads = 1;
   std::int64_t micro_batches = 2;
   int steps = 10, warmup = 3;
+  bool shard_optimizer = false;
 };
 
 settings parse(int argc, char** argv) {
@@ -58,8 +64,11 @@ settings parse(int argc, char** argv) {
       s.steps = std::stoi(argv[++i]);
     else if (arg("--warmup"))
       s.warmup = std::stoi(argv[++i]);
+    else if (!std::strcmp(argv[i], "--shard-optimizer"))
+      s.shard_optimizer = true;
     else {
-      std::fprintf(stderr, "usage: %s [--threads T] [--micro-batches M] [--steps N] [--warmup W]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--threads T] [--micro-batches M] [--steps N] [--warmup W] [--shard-optimizer]\n",
+                   argv[0]);
       std::exit(2);
     }
   }
@@ -113,6 +122,7 @@ int bench(const settings& s, distributed::communicator* comm) {
         *comm, run, params,
         distributed::data_parallel_options{.config = {{"micro_batches", std::to_string(s.micro_batches)}}});
     tr.set_gradient_sync(dp.get());
+    if (s.shard_optimizer) dp->shard_optimizer(opt);
   }
   const auto mine = rank_micro_batches(s.micro_batches, rank, ranks);
   // [0]: overlapped, [1]: after backward (alone: every step in [0])
@@ -139,16 +149,30 @@ int bench(const settings& s, distributed::communicator* comm) {
     }
   }
   const std::uint64_t checksum = distributed::state_checksum(params);
+  std::uint64_t optimizer_bytes = 0;  // Adam's buffers on this rank
+  for (const auto& [kind, by_param] : opt.state().buffers)
+    for (const auto& [name, t] : by_param) optimizer_bytes += static_cast<std::uint64_t>(t.size()) * sizeof(float);
+  rusage usage{};
+  ::getrusage(RUSAGE_SELF, &usage);
+  auto max_over_ranks = [&](std::uint64_t v) {
+    if (!comm) return v;
+    const auto all = comm->all_gather(v);
+    return *std::max_element(all.begin(), all.end());
+  };
+  const std::uint64_t max_optimizer_bytes = max_over_ranks(optimizer_bytes);
+  const std::uint64_t max_rss_kib = max_over_ranks(static_cast<std::uint64_t>(usage.ru_maxrss));
   if (rank == 0)
     std::printf(
         "{\"ranks\": %d, \"threads\": %d, \"micro_batches\": %lld, \"step_ms\": %.2f, \"step_ms_after\": %.2f, "
         "\"exposed_ms\": %.2f, \"exposed_ms_after\": %.2f, \"active_ms\": %.2f, \"active_ms_after\": %.2f, "
         "\"comm_cpu_ms\": %.2f, \"comm_cpu_ms_after\": %.2f, "
-        "\"buckets\": %zu, \"params\": %lld, \"loss\": %.6f, \"checksum\": \"%016llx\"}\n",
+        "\"buckets\": %zu, \"params\": %lld, \"loss\": %.6f, \"checksum\": \"%016llx\", \"sharded\": %s, "
+        "\"max_optimizer_mib\": %.2f, \"max_rss_mib\": %.1f}\n",
         ranks, run.threads(), static_cast<long long>(s.micro_batches), median(step_ms[0]), median(step_ms[1]),
         median(exposed_ms[0]), median(exposed_ms[1]), median(active_ms[0]), median(active_ms[1]), median(cpu_ms[0]),
         median(cpu_ms[1]), dp ? dp->buckets() : 0, static_cast<long long>(params.numel()), loss,
-        static_cast<unsigned long long>(checksum));
+        static_cast<unsigned long long>(checksum), s.shard_optimizer && dp ? "true" : "false",
+        static_cast<double>(max_optimizer_bytes) / (1 << 20), static_cast<double>(max_rss_kib) / 1024);
   return 0;
 }
 

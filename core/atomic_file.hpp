@@ -1,5 +1,5 @@
 // A file written whole or not at all: safetensors files, checkpoints, plots. Private to the
-// library (io/, train/).
+// library (core/; io/ and train/ use it).
 //
 // The bytes go to an unnamed file in the target's directory (Linux's O_TMPFILE), which is
 // fsync'ed, linked as `path + ".tmp"` and renamed over `path`; then the directory is synced.

@@ -165,14 +165,88 @@ void broadcast_optimizer(const communicator& comm, optimizer<T>& opt) {
   check_same_state(comm, opt.params(), &opt);
 }
 
+// Every rank's shard of its optimizer ([first, end) in name order), checked to tile the store
+// the same way on every rank; none when no rank is sharded.
+template <class T>
+std::vector<std::pair<std::size_t, std::size_t>> shards_of(const communicator& comm, const optimizer<T>& opt) {
+  const auto [first, end] = opt.shard();
+  const auto firsts = comm.all_gather(static_cast<std::uint64_t>(first));
+  const auto ends = comm.all_gather(static_cast<std::uint64_t>(end));
+  const std::size_t n = opt.params().size();
+  std::vector<std::pair<std::size_t, std::size_t>> shards;
+  bool any = false, tiled = true;
+  std::uint64_t next = 0;
+  for (std::size_t r = 0; r < firsts.size(); ++r) {
+    shards.emplace_back(firsts[r], ends[r]);
+    any = any || firsts[r] != 0 || ends[r] != n;
+    tiled = tiled && firsts[r] == next;
+    next = ends[r];
+  }
+  if (!any) return {};
+  if (!tiled || next != n)
+    throw mismatch_error("the ranks' optimizer shards do not cover the " + std::to_string(n) +
+                         " parameters once, in rank order (shard every rank's optimizer with "
+                         "data_parallel::shard_optimizer)");
+  return shards;
+}
+
+// The whole state of a sharded optimizer, on rank 0 (elsewhere: just the step count): each
+// buffer sent from the rank that holds it, one at a time, in name order.
+template <class T>
+optimizer_state<T> gather_state(const communicator& comm, const optimizer<T>& opt,
+                                const std::vector<std::pair<std::size_t, std::size_t>>& shards) {
+  optimizer_state<T> whole;
+  whole.step = opt.steps();
+  if (whole.step == 0) return whole;  // no buffers before the first step
+  const auto names = opt.params().names();
+  for (const std::string& kind : opt.buffer_kinds())
+    for (std::size_t k = 0; k < names.size(); ++k) {
+      int owner = 0;
+      while (!(k >= shards[static_cast<std::size_t>(owner)].first && k < shards[static_cast<std::size_t>(owner)].second))
+        ++owner;
+      tensor<T> t(opt.params().value(names[k]).dims());
+      if (comm.rank() == owner) {
+        const auto& kinds = opt.state().buffers;
+        auto by_kind = kinds.find(kind);
+        if (by_kind == kinds.end() || !by_kind->second.contains(names[k]))
+          throw error("save_checkpoint: rank " + std::to_string(owner) + " holds no " + kind + " of \"" + names[k] +
+                      "\" although it is in its shard");
+        t = by_kind->second.at(names[k]);
+      }
+      if (owner != 0) comm.broadcast(std::span(t.data(), static_cast<std::size_t>(t.size())), owner);
+      if (comm.rank() == 0) whole.buffers[kind][names[k]] = std::move(t);
+    }
+  return whole;
+}
+
+template <class T>
+void gather_optimizer(const communicator& comm, optimizer<T>& opt) {
+  const auto shards = shards_of(comm, opt);
+  if (shards.empty()) return;
+  optimizer_state<T> whole = gather_state(comm, opt, shards);
+  if (comm.rank() != 0) return;
+  opt.shard(0, opt.params().size());
+  opt.load_state(std::move(whole));
+}
+
 template <class T>
 void save_checkpoint(const communicator& comm, const std::string& path, const param_store<T>& params,
                      const optimizer<T>& opt, const std::map<std::string, std::string>& metadata) {
-  check_same_state(comm, params, &opt);
+  const auto shards = shards_of(comm, opt);
+  optimizer_state<T> whole;
+  if (shards.empty()) {
+    check_same_state(comm, params, &opt);
+  } else {  // the parameters must agree; the optimizer's state is gathered from its shards
+    check_same_state<T>(comm, params);
+    whole = gather_state(comm, opt, shards);
+  }
   bool ok = true;
   std::string message;
   if (comm.rank() == 0) try {
-      loom::save_checkpoint(path, params, opt, metadata);
+      if (shards.empty())
+        loom::save_checkpoint(path, params, opt, metadata);
+      else
+        loom::save_checkpoint(path, params, opt, whole, metadata);
     } catch (const std::exception& e) {
       ok = false;
       message = e.what();
@@ -183,6 +257,11 @@ void save_checkpoint(const communicator& comm, const std::string& path, const pa
 template <class T>
 std::map<std::string, std::string> load_checkpoint(const communicator& comm, const std::string& path,
                                                    param_store<T>& params, optimizer<T>& opt) {
+  // A sharded optimizer takes the whole state first (every rank, for a moment), then keeps its
+  // shard: a checkpoint of any world size, sharded or not, loads the same way.
+  const auto [first, end] = opt.shard();
+  const bool sharded = opt.sharded();
+  if (sharded) opt.shard(0, params.size());
   bool ok = true;
   std::string message;
   std::map<std::string, std::string> metadata;
@@ -192,9 +271,15 @@ std::map<std::string, std::string> load_checkpoint(const communicator& comm, con
       ok = false;
       message = e.what();
     }
-  share_outcome(comm, ok, message);
-  broadcast_parameters(comm, params);
-  broadcast_optimizer(comm, opt);
+  try {
+    share_outcome(comm, ok, message);
+    broadcast_parameters(comm, params);
+    broadcast_optimizer(comm, opt);
+  } catch (...) {
+    if (sharded) opt.shard(first, end);
+    throw;
+  }
+  if (sharded) opt.shard(first, end);
   return deserialize(comm.broadcast(serialize(metadata)));
 }
 
@@ -204,6 +289,7 @@ std::map<std::string, std::string> load_checkpoint(const communicator& comm, con
   template void check_same_state(const communicator&, const param_store<T>&, const optimizer<T>*);                   \
   template void broadcast_parameters(const communicator&, param_store<T>&);                                          \
   template void broadcast_optimizer(const communicator&, optimizer<T>&);                                             \
+  template void gather_optimizer(const communicator&, optimizer<T>&);                                               \
   template void save_checkpoint(const communicator&, const std::string&, const param_store<T>&, const optimizer<T>&, \
                                 const std::map<std::string, std::string>&);                                          \
   template std::map<std::string, std::string> load_checkpoint(const communicator&, const std::string&,               \

@@ -5,7 +5,7 @@
 //
 //   translate [--minutes M] [--steps N] [--threads N] [--out DIR] [--seed S] [--batch B]
 //             [--max N] [--checkpoint-every N] [--resume] [--stop-after N] [--accumulate A]
-//             [--timeout SECONDS]
+//             [--timeout SECONDS] [--shard-optimizer]
 //
 // Writes DIR/checkpoint.safetensors (parameters and optimizer state, every --checkpoint-every
 // steps and at the end), DIR/loss.csv, DIR/loss.svg (the loss curve) and DIR/attention.svg
@@ -19,7 +19,9 @@
 // process's share into A micro-batches whose gradients are accumulated. The same micro-batches per
 // step (processes × A) give the same bits: a run may resume on another number of processes, and
 // its checkpoints equal, byte for byte, those of one process accumulating them all. --timeout:
-// how long a process waits for another before it ends the job (default 30 s).
+// how long a process waits for another before it ends the job (default 30 s). --shard-optimizer:
+// each process keeps and updates only its share of Adam's state (ZeRO stage 1), with the same
+// bits and the same checkpoints.
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -67,6 +69,7 @@ struct settings {
   long stop_after = 0;         // end training after this step, as if interrupted (0: never)
   std::int64_t accumulate = 1;  // micro-batches per process and step
   double timeout = 30;          // seconds a process waits for another (data parallel)
+  bool shard_optimizer = false;  // each process keeps and updates its share of Adam's state
   run_settings run;
 };
 
@@ -95,6 +98,8 @@ void add_options(cli::command_line& app, settings& s) {
       .whole("--accumulate", s.accumulate, 1, 4096, "micro-batches per process and step (gradient accumulation)")
       .number("--timeout", s.timeout, 0.1, 1e6,
               "seconds a process waits for another (under mpirun) before it ends the job")
+      .flag("--shard-optimizer", s.shard_optimizer,
+            "under mpirun: each process keeps and updates only its share of Adam's state (the same bits)")
       .options(s.run);
 }
 
@@ -238,6 +243,7 @@ int train_and_evaluate(const settings& s, const cli::command_line& app, world_t*
       dp = std::make_unique<distributed::data_parallel<float>>(
           *world, run, params, distributed::data_parallel_options{.config = metadata});
       trainer.set_gradient_sync(dp.get());
+      if (s.shard_optimizer) dp->shard_optimizer(opt);
     }
 #endif
     // saved from every rank together when distributed (rank 0 writes)
@@ -279,6 +285,9 @@ int train_and_evaluate(const settings& s, const cli::command_line& app, world_t*
       }
     }
     trainer.finish();
+#ifdef LOOM_HAVE_DISTRIBUTED
+    if (dp && s.shard_optimizer) distributed::gather_optimizer(*world, opt);  // for the final checkpoint
+#endif
     if (rank != 0) return 0;  // rank 0 evaluates and writes the files
     const double train_seconds = trainer.seconds();
     const auto trained = static_cast<long long>(trainer.steps() - first_step);

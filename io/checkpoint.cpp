@@ -36,11 +36,18 @@ std::map<std::string, std::string> user_metadata(const std::map<std::string, std
 
 }  // namespace
 
+namespace {
+// Writes params, opt's kind, step and hyperparameters and `state` (opt's own, or a sharded
+// optimizer's whole state, checked as such when `whole`).
 template <class T>
-void save_checkpoint(const std::string& path, const param_store<T>& params, const optimizer<T>& opt,
-                     const std::map<std::string, std::string>& metadata) {
+void write_checkpoint(const std::string& path, const param_store<T>& params, const optimizer<T>& opt,
+                      const optimizer_state<T>& state, bool whole,
+                      const std::map<std::string, std::string>& metadata) {
   const std::string where = "save_checkpoint: " + in_quotes(path) + ": ";
   if (&opt.params() != &params) throw value_error(where + "the optimizer updates another parameter store");
+  if (!whole && opt.sharded())
+    throw value_error(where + "the optimizer holds only its shard of the state: save with "
+                              "distributed::save_checkpoint, which gathers it (or distributed::gather_optimizer first)");
   std::map<std::string, std::string> all;
   for (const auto& [key, value] : metadata) {
     if (reserved(key))
@@ -48,17 +55,17 @@ void save_checkpoint(const std::string& path, const param_store<T>& params, cons
                         " is reserved (keys starting with \"optimizer\" or \"loom.\")");
     all.emplace(key, value);
   }
-  if (auto problems = opt.state_differences(opt.state()); !problems.empty())
+  if (auto problems = opt.state_differences(state, whole); !problems.empty())
     throw value_error(where + "the optimizer's state is incomplete: " + problems.front() +
                       " (were parameters added after its first step?)");
   all[std::string(format_key)] = "1";
   all[std::string(optimizer_key)] = std::string(opt.name());
-  all[std::string(step_key)] = std::to_string(opt.steps());
+  all[std::string(step_key)] = std::to_string(state.step);
   for (const auto& [key, value] : opt.hyperparameters()) all[std::string(buffer_prefix) + key] = value;
 
   std::vector<std::string> buffer_names;  // owns the names the views refer to
   std::vector<const tensor<T>*> buffers;
-  for (const auto& [kind, by_param] : opt.state().buffers)
+  for (const auto& [kind, by_param] : state.buffers)
     for (const auto& [param, buf] : by_param) {
       buffer_names.push_back(std::string(buffer_prefix) + kind + "." + param);
       buffers.push_back(&buf);
@@ -72,6 +79,19 @@ void save_checkpoint(const std::string& path, const param_store<T>& params, cons
   for (std::size_t i = 0; i < buffers.size(); ++i)
     views.push_back({buffer_names[i], storage_type_of<T>(), buffers[i]->shape(), std::as_bytes(buffers[i]->values())});
   write_safetensors(path, views, all);
+}
+}  // namespace
+
+template <class T>
+void save_checkpoint(const std::string& path, const param_store<T>& params, const optimizer<T>& opt,
+                     const std::map<std::string, std::string>& metadata) {
+  write_checkpoint(path, params, opt, opt.state(), false, metadata);
+}
+
+template <class T>
+void save_checkpoint(const std::string& path, const param_store<T>& params, const optimizer<T>& opt,
+                     const optimizer_state<T>& whole_state, const std::map<std::string, std::string>& metadata) {
+  write_checkpoint(path, params, opt, whole_state, true, metadata);
 }
 
 template <class T>
@@ -143,6 +163,8 @@ std::map<std::string, std::string> load_checkpoint(const std::string& path, para
 #define LOOM_CHECKPOINT_INSTANTIATE(T)                                                                            \
   template void save_checkpoint(const std::string&, const param_store<T>&, const optimizer<T>&,                   \
                                 const std::map<std::string, std::string>&);                                       \
+  template void save_checkpoint(const std::string&, const param_store<T>&, const optimizer<T>&,                   \
+                                const optimizer_state<T>&, const std::map<std::string, std::string>&);            \
   template std::map<std::string, std::string> load_checkpoint(const std::string&, param_store<T>&, optimizer<T>&, \
                                                               load_options);                                      \
   template std::map<std::string, std::string> load_checkpoint(const std::string&, param_store<T>&, load_options);

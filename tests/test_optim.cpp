@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <functional>
 #include <memory>
+#include <utility>
 
 #include "io_test_support.hpp"
 #include "loom/loom.hpp"
@@ -322,6 +323,52 @@ TEST_CASE("load_state refuses a negative second moment, naming the tensor and th
   auto negative_first = good;  // a first moment may be negative
   negative_first.buffers["exp_avg"]["b"][0] = -0.25;
   CHECK(opt.state_differences(negative_first).empty());
+}
+
+// ---- sharding (ZeRO stage 1; the ranks' side is tested in tests/distributed/) ----
+
+TEST_CASE("a sharded optimizer updates its share with the bits of the whole one and leaves the rest") {
+  auto whole = reference_store<double>(), shards = reference_store<double>();  // parameters "a", "b"
+  adam<double> opt_whole(whole), opt_a(shards), opt_b(shards);
+  opt_a.shard(0, 1);  // "a"
+  opt_b.shard(1, 2);  // "b"
+  CHECK(opt_a.sharded());
+  CHECK(opt_a.shard() == std::pair<std::size_t, std::size_t>{0, 1});
+  for (int k = 0; k < 3; ++k) {
+    set_reference_grads(whole, k);
+    set_reference_grads(shards, k);
+    opt_whole.step();
+    const tensor<double> b_before = shards.value("b");
+    opt_a.step();
+    CHECK(test::same_bits(shards.value("b"), b_before));  // not its share
+    opt_b.step();  // the two shards together: one whole step
+    CHECK(test::same_values(shards, whole));
+  }
+  CHECK(opt_a.state().buffers.at("exp_avg").size() == 1);
+  CHECK(opt_a.state().buffers.at("exp_avg").count("a") == 1);
+  // the shards' states together are the whole one's
+  CHECK(test::same_bits(opt_b.state().buffers.at("exp_avg_sq").at("b"), opt_whole.state().buffers.at("exp_avg_sq").at("b")));
+}
+
+TEST_CASE("a sharded optimizer refuses a range outside the store, a buffer outside its shard, and a plain save") {
+  auto p = reference_store<double>();
+  adam<double> opt(p);
+  CHECK_THROWS_WITH(opt.shard(1, 3), Catch::Contains("shard [1, 3) is not a range of the store's 2 parameters"));
+  CHECK_THROWS_AS(opt.shard(2, 1), value_error);
+  set_reference_grads(p, 0);
+  opt.step();
+  const auto whole = opt.state();
+  opt.shard(1, 2);
+  CHECK(opt.state().buffers.at("exp_avg").count("a") == 0);  // dropped
+  CHECK_THAT(opt.state_differences(whole).front(), Catch::Contains("of \"a\": outside this optimizer's shard"));
+  CHECK(opt.state_differences(whole, true).empty());  // as a whole state it is fine
+  test::scratch_dir dir("optim");
+  CHECK_THROWS_WITH(save_checkpoint(dir.file("c.safetensors"), p, opt),
+                    Catch::Contains("holds only its shard of the state"));
+  opt.shard(0, 2);  // whole again: "a"'s buffers are missing until loaded
+  CHECK_FALSE(opt.sharded());
+  opt.load_state(whole);
+  CHECK(same_state(opt.state(), whole));
 }
 
 // ---- clipping ----

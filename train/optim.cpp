@@ -68,9 +68,11 @@ void optimizer<T>::step() {
     constexpr std::int64_t grain = 16384;  // 64 KiB of floats per array: a TBB task's worth
     pieces_.clear();
     const auto segments = params_.value_block().segments();
+    buffer_base_ = first_ < segments.size() ? segments[first_].offset : 0;
     for (std::size_t k = 0; k < segments.size(); ++k)
-      for (std::int64_t at = 0; at < segments[k].size; at += grain)
-        pieces_.push_back({segments[k].offset + at, std::min(grain, segments[k].size - at), k});
+      if (owns(k))
+        for (std::int64_t at = 0; at < segments[k].size; at += grain)
+          pieces_.push_back({segments[k].offset + at, std::min(grain, segments[k].size - at), k});
     prepare();
   } catch (...) {
     if (state_.step == 0) state_.buffers.clear();  // no half-made buffers before the first step
@@ -85,16 +87,18 @@ T* optimizer<T>::packed(const std::string& kind, std::vector<char>* created) {
   auto& by_param = state_.buffers[kind];
   flat_block<T>& block = blocks_[kind];
   if (created) created->assign(params_.size(), 0);
+  const std::size_t owned = std::min(end_, params_.size()) - std::min(first_, params_.size());
   {  // every step after the first: the buffers are where the last step left them (no allocation)
-    bool in_place = by_param.size() == params_.size();
-    std::size_t k = 0;
+    bool in_place = by_param.size() == owned;
+    std::size_t k = 0, j = 0;
     auto it = by_param.begin();
     for (const auto& [name, e] : params_) {
       if (!in_place) break;
-      in_place = it->first == name && block.holds(k++, it->second);
+      if (!owns(k++)) continue;
+      in_place = it->first == name && block.holds(j++, it->second);
       ++it;
     }
-    if (in_place && k == block.segments().size()) return block.elements().data();
+    if (in_place && j == block.segments().size()) return block.elements().data();
   }
   std::vector<tensor<T>*> buffers;
   std::vector<dims_t> shapes;
@@ -104,6 +108,10 @@ T* optimizer<T>::packed(const std::string& kind, std::vector<char>* created) {
   std::size_t k = 0;
   auto it = by_param.begin();  // both maps are in name order: one walk over each
   for (const auto& [name, e] : params_) {
+    if (!owns(k)) {
+      ++k;
+      continue;
+    }
     while (it != by_param.end() && it->first < name) ++it;  // a buffer of no parameter (load_state refuses it)
     if (it == by_param.end() || it->first != name) {
       it = by_param.emplace_hint(it, name, tensor<T>());
@@ -137,7 +145,7 @@ void optimizer<T>::for_elements(const Fn& fn) const {
 }
 
 template <class T>
-std::vector<std::string> optimizer<T>::state_differences(const optimizer_state<T>& state) const {
+std::vector<std::string> optimizer<T>::state_differences(const optimizer_state<T>& state, bool whole) const {
   std::vector<std::string> problems;
   if (state.step < 0) problems.push_back("step count " + std::to_string(state.step) + " is negative");
   if (state.step == std::numeric_limits<std::int64_t>::max())
@@ -152,6 +160,8 @@ std::vector<std::string> optimizer<T>::state_differences(const optimizer_state<T
     for (const auto& [param, buf] : by_param) {
       if (!params_.contains(param))
         problems.push_back(kind + " of \"" + param + "\": no such parameter");
+      else if (!whole && !owns(index_of(param)))
+        problems.push_back(kind + " of \"" + param + "\": outside this optimizer's shard");
       else if (!(buf.dims() == params_.value(param).dims()))
         problems.push_back(kind + " of \"" + param + "\": shape " + buf.dims().str() + ", the parameter's " +
                            params_.value(param).dims().str());
@@ -162,14 +172,54 @@ std::vector<std::string> optimizer<T>::state_differences(const optimizer_state<T
     }
   }
   if (state.step > 0)
-    for (const auto& kind : kinds)
+    for (const auto& kind : kinds) {
+      std::size_t index = 0;
       for (const auto& [param, e] : params_) {
+        if (!whole && !owns(index++)) continue;
         auto k = state.buffers.find(kind);
         if (k == state.buffers.end() || !k->second.contains(param))
           problems.push_back("missing " + kind + " of \"" + param + "\" (shape " + e.value.dims().str() + ") at step " +
                              std::to_string(state.step));
       }
+    }
   return problems;
+}
+
+template <class T>
+std::size_t optimizer<T>::index_of(const std::string& param) const {
+  std::size_t k = 0;
+  for (const auto& [name, e] : params_) {
+    if (name == param) return k;
+    ++k;
+  }
+  return k;
+}
+
+template <class T>
+void optimizer<T>::shard(std::size_t first, std::size_t end) {
+  const std::size_t n = params_.size();
+  require(first <= end && end <= n, std::string(name()) + ": shard [" + std::to_string(first) + ", " +
+                                        std::to_string(end) + ") is not a range of the store's " +
+                                        std::to_string(n) + " parameters");
+  first_ = first;
+  end_ = end;
+  // The others' buffers go now; the memory of their block goes when the next step lays out
+  // the shard's buffers in blocks of their own.
+  for (auto& [kind, by_param] : state_.buffers)
+    std::erase_if(by_param, [&](const auto& b) { return !owns(index_of(b.first)); });
+  for (auto& [kind, block] : blocks_) block = flat_block<T>();
+}
+
+template <class T>
+std::pair<std::size_t, std::size_t> optimizer<T>::shard() const {
+  const std::size_t n = params_.size();
+  return {std::min(first_, n), std::min(end_, n)};
+}
+
+template <class T>
+bool optimizer<T>::sharded() const {
+  const auto [first, end] = shard();
+  return first != 0 || end != params_.size();
 }
 
 template <class T>
@@ -258,10 +308,11 @@ void sgd<T>::update() {
                          static_cast<T>(options_.weight_decay),
                          static_cast<T>(options_.momentum),
                          static_cast<T>(1 - options_.dampening)};
+  const std::int64_t b0 = this->buffer_base();
   this->for_elements([&](std::int64_t offset, std::int64_t n, std::size_t param) {
     sgd_step<T> k = base;
     k.first = momentum && fresh_[param] != 0;  // its buffer was made this step
-    sgd_elements(k, p + offset, grad + offset, momentum ? buf + offset : nullptr, n);
+    sgd_elements(k, p + offset, grad + offset, momentum ? buf + (offset - b0) : nullptr, n);
   });
 }
 
@@ -350,8 +401,9 @@ void adam<T>::update() {
   const T* const grad = this->params().grad_block().elements().data();
   T* const m = m_;
   T* const v = v_;
+  const std::int64_t b0 = this->buffer_base();
   this->for_elements([&](std::int64_t offset, std::int64_t n, std::size_t) {
-    adam_elements(k, p + offset, grad + offset, m + offset, v + offset, n);
+    adam_elements(k, p + offset, grad + offset, m + (offset - b0), v + (offset - b0), n);
   });
 }
 

@@ -116,6 +116,7 @@ double trainer<T>::step(std::span<const std::vector<feed>> micro_batches, std::i
   grad_norm_ = norm;
   if (options_.clip_norm > 0) clip_grad_norm(*params_, options_.clip_norm);
   opt_->step();
+  if (sync_) sync_->after_update();
   tokens_ += tokens;
   const long s = static_cast<long>(steps());
   progress_.update(s, loss, tokens);

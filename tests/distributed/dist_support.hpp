@@ -40,6 +40,7 @@ struct setup {
   long total_steps = 8;             // for the learning-rate schedule
   std::size_t bucket_bytes = 2048;  // small: several buckets even for this model
   bool overlap = true;
+  bool shard_optimizer = false;     // ZeRO stage 1: each rank keeps and updates its share
 };
 
 inline const task& data() {
@@ -113,6 +114,7 @@ std::vector<double> train(const distributed::communicator* comm, param_store<flo
         distributed::data_parallel_options{
             .bucket_bytes = s.bucket_bytes, .overlap = s.overlap, .config = settings_of(s)});
     tr.set_gradient_sync(dp.get());
+    if (s.shard_optimizer) dp->shard_optimizer(opt);
   }
   const int rank = comm ? comm->rank() : 0, ranks = comm ? comm->size() : 1;
   std::vector<double> losses;

@@ -2,7 +2,8 @@
 # The translation example trained with the same micro-batches per step on 2 processes and on
 # one process accumulating 2 gives checkpoints equal byte for byte (cmp); a run stopped after
 # step 6 resumes on the other world size to the same file as the uninterrupted run, both ways;
-# a resume with other micro-batches per step is refused in one line saying what to change.
+# a resume with other micro-batches per step is refused in one line saying what to change. With
+# the optimizer sharded over the 2 processes (--shard-optimizer) the files are the same too.
 #
 #   example_resume_test.sh TRANSLATE WORKDIR MPIEXEC [MPIEXEC_FLAGS...]
 set -uo pipefail
@@ -20,6 +21,13 @@ same() { cmp "$1/checkpoint.safetensors" "$2/checkpoint.safetensors" || fail "$3
 two --out "$dir/two"
 one --out "$dir/one"
 same "$dir/two" "$dir/one" "2 processes and 1 process accumulating 2, uninterrupted"
+
+two --out "$dir/two_sharded" --shard-optimizer
+same "$dir/two_sharded" "$dir/two" "2 processes with the optimizer sharded and unsharded"
+
+two --out "$dir/sharded_then_one" --stop-after 6 --shard-optimizer
+one --out "$dir/sharded_then_one" --resume
+same "$dir/sharded_then_one" "$dir/two" "stopped on 2 processes sharding the optimizer, resumed on 1"
 
 two --out "$dir/two_then_one" --stop-after 6
 cp -r "$dir/two_then_one" "$dir/refused"

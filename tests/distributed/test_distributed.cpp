@@ -8,6 +8,7 @@
 #include <filesystem>
 
 #include "dist_support.hpp"
+#include "io_test_support.hpp"
 #include "distributed/tree.hpp"
 #include "loom/distributed/state.hpp"
 #include "test_support.hpp"
@@ -154,6 +155,76 @@ TEST_CASE("a run resumed on one rank from a two-rank checkpoint continues as if 
   CHECK(test::same_values(resumed, straight));
   world().barrier();
   if (world().rank() == 0) std::filesystem::remove(path);
+}
+
+// The elements of the optimizer buffers this rank holds.
+std::int64_t buffer_elements(const optimizer<float>& opt) {
+  std::int64_t n = 0;
+  for (const auto& [kind, by_param] : opt.state().buffers)
+    for (const auto& [name, t] : by_param) n += t.size();
+  return n;
+}
+
+bool same_file(const std::string& a, const std::string& b) {
+  return test::read_bytes(a) == test::read_bytes(b);  // io_test_support.hpp
+}
+
+TEST_CASE("with the optimizer sharded, 100 steps write the checkpoint of one process, byte for byte") {
+  setup s;
+  s.micro_batches = 4;
+  s.total_steps = 100;
+  s.shard_optimizer = true;
+  const auto sharded_path = temp_path("sharded"), alone_path = temp_path("sharded_alone");
+  auto params = fresh(1), alone = fresh(1);
+  auto opt = make_optimizer(params, s), opt_alone = make_optimizer(alone, s);
+  const auto losses = train(&world(), params, *opt, 0, 100, s);
+  setup unsharded = s;
+  unsharded.shard_optimizer = false;
+  const auto losses_alone = train(nullptr, alone, *opt_alone, 0, 100, unsharded);
+  CHECK(losses == losses_alone);
+  CHECK(test::same_values(params, alone));
+  // each rank holds its share of Adam's moments: about 1/N of them
+  const std::int64_t mine = buffer_elements(*opt), all = buffer_elements(*opt_alone);
+  const auto ranks = static_cast<double>(world().size());
+  INFO("rank " << world().rank() << " holds " << mine << " of " << all << " buffer elements");
+  CHECK(all == 2 * params.numel());
+  CHECK(static_cast<double>(mine) <= (1.0 / ranks + 0.05) * static_cast<double>(all));
+  const auto sizes = world().all_gather(static_cast<std::uint64_t>(mine));
+  std::uint64_t total = 0;
+  for (auto n : sizes) total += n;
+  CHECK(total == static_cast<std::uint64_t>(all));  // every moment on exactly one rank
+
+  distributed::save_checkpoint(world(), sharded_path, params, *opt, {{"run", "x"}});
+  if (world().rank() == 0) {
+    save_checkpoint(alone_path, alone, *opt_alone, {{"run", "x"}});
+    CHECK(same_file(sharded_path, alone_path));
+  }
+  world().barrier();
+
+  // The whole checkpoint resumes into an optimizer sharded afterwards, into one sharded before
+  // the load, and on one process: 4 more steps give the bits of the uninterrupted run.
+  auto resumed = fresh(99), resumed_sharded = fresh(98), resumed_alone = fresh(97);
+  auto opt_resumed = make_optimizer(resumed, s), opt_sharded = make_optimizer(resumed_sharded, s),
+       opt_resumed_alone = make_optimizer(resumed_alone, s);
+  distributed::load_checkpoint(world(), sharded_path, resumed, *opt_resumed);
+  train(&world(), resumed, *opt_resumed, 100, 104, s);                // shards, then 4 steps
+  train(&world(), resumed_sharded, *opt_sharded, 0, 0, s);            // shards, no step
+  REQUIRE(opt_sharded->sharded() == (world().size() > 1));
+  distributed::load_checkpoint(world(), sharded_path, resumed_sharded, *opt_sharded);
+  CHECK(buffer_elements(*opt_sharded) == mine);                       // loaded whole, kept its share
+  train(&world(), resumed_sharded, *opt_sharded, 100, 104, s);
+  auto solo = world().split(world().rank());
+  distributed::load_checkpoint(solo, sharded_path, resumed_alone, *opt_resumed_alone);
+  train(&solo, resumed_alone, *opt_resumed_alone, 100, 104, unsharded);
+  train(nullptr, alone, *opt_alone, 100, 104, unsharded);
+  CHECK(test::same_values(resumed, alone));
+  CHECK(test::same_values(resumed_sharded, alone));
+  CHECK(test::same_values(resumed_alone, alone));
+  world().barrier();
+  if (world().rank() == 0) {
+    std::filesystem::remove(sharded_path);
+    std::filesystem::remove(alone_path);
+  }
 }
 
 TEST_CASE("the ranks' gradients are summed in the documented tree order") {

@@ -18,10 +18,12 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "loom/distributed/communicator.hpp"
 #include "loom/graph/executor.hpp"
 #include "loom/train/gradient_sync.hpp"
+#include "loom/train/optim.hpp"
 
 namespace loom::distributed {
 
@@ -56,6 +58,25 @@ class data_parallel final : public gradient_sync<T> {
   void start(gradient_accumulator<T>& local, step_totals mine) override;
   /// Throws rank_lost_error if a rank does not answer within the communicator's timeout.
   step_totals finish() override;
+
+  /// Gathers the parameters a sharded optimizer updated (see shard_optimizer); the trainer
+  /// calls it after each update. Throws rank_lost_error as finish().
+  void after_update() override;
+
+  /// Shards `opt`'s state over the ranks (ZeRO stage 1): rank r keeps the buffers of, and
+  /// updates, a consecutive share of the parameters in name order (shard_bounds(): balanced by
+  /// elements), and after each update the values are gathered from their owners (one
+  /// all-gather over the packed store), so every rank holds every parameter with the bits of
+  /// the unsharded update, which is element-wise. Each rank then holds about 1/N of the
+  /// optimizer's buffers. Collective; call it before training, after any load_checkpoint.
+  /// distributed::save_checkpoint gathers the whole state to rank 0, and
+  /// distributed::load_checkpoint loads any checkpoint into it, so checkpoints stay whole and
+  /// resume at any world size, sharded or not. `opt` must update this object's store and
+  /// outlive it. Throws value_error for an optimizer of another store.
+  void shard_optimizer(optimizer<T>& opt);
+  /// Where rank r's share starts, for r = 0..size(), in the store's name order (the last entry
+  /// is the number of parameters): the share of rank r is [bounds[r], bounds[r + 1]).
+  std::vector<std::size_t> shard_bounds() const;
 
   /// Whether later steps reduce buckets during backward (true) or after it: a benchmark compares
   /// the two within one job. The same bits either way.

@@ -50,6 +50,13 @@ template <class T>
 void save_checkpoint(const communicator& comm, const std::string& path, const param_store<T>& params,
                      const optimizer<T>& opt, const std::map<std::string, std::string>& metadata = {});
 
+/// Collective: makes rank 0's optimizer whole again after data_parallel::shard_optimizer — its
+/// shard widened to every parameter, the other ranks' buffers gathered into it — so that rank 0
+/// alone can go on with it (save with loom::save_checkpoint, say, after the others have
+/// finished). The other ranks keep their shards. Does nothing when no rank is sharded.
+template <class T>
+void gather_optimizer(const communicator& comm, optimizer<T>& opt);
+
 /// Loads a checkpoint on rank 0 (loom::load_checkpoint) and copies its parameters, optimizer
 /// state and metadata to every rank — only rank 0 needs the file, and the number of ranks that
 /// wrote it does not matter. Returns the metadata. Rank 0's error is thrown on every rank.

@@ -22,10 +22,19 @@ namespace loom {
 /// Saves the parameters, the optimizer's state (which must be bound to `params`) and the
 /// metadata atomically (temporary file, fsync, rename; the previous file survives a failure).
 /// Throws value_error for a metadata key starting with "optimizer" or "loom.", a parameter
-/// named "optimizer.*", or an optimizer bound to another store; io_error if writing fails.
+/// named "optimizer.*", an optimizer bound to another store or holding only its shard of the
+/// state (optimizer::shard); io_error if writing fails.
 template <class T>
 void save_checkpoint(const std::string& path, const param_store<T>& params, const optimizer<T>& opt,
                      const std::map<std::string, std::string>& metadata = {});
+
+/// As above, with `whole_state` — the state of every parameter, checked as such — in place of
+/// opt's own: a sharded optimizer's state gathered from the ranks that hold it
+/// (distributed::save_checkpoint). The file is the one an unsharded optimizer holding that
+/// state writes.
+template <class T>
+void save_checkpoint(const std::string& path, const param_store<T>& params, const optimizer<T>& opt,
+                     const optimizer_state<T>& whole_state, const std::map<std::string, std::string>& metadata = {});
 
 /// Loads a checkpoint into the parameters (already set: names and shapes) and the optimizer
 /// (of the same kind, bound to `params`), and returns the caller's metadata. Checks everything

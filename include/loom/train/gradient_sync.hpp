@@ -28,6 +28,9 @@ class gradient_sync {
   /// After that backward: returns when every gradient in the store is the mean over every
   /// process's micro-batches, with the totals over all processes (the same on each).
   virtual step_totals finish() = 0;
+  /// After the optimizer's update of a step (not after a skipped step): an implementation that
+  /// shards the optimizer gathers the updated parameters here. Does nothing by default.
+  virtual void after_update() {}
 };
 
 }  // namespace loom

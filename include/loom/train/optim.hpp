@@ -20,6 +20,7 @@
 #include <map>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "loom/core/errors.hpp"
@@ -71,8 +72,25 @@ class optimizer {
 
   const optimizer_state<T>& state() const { return state_; }
   /// Why a state cannot be loaded into this optimizer, one line per problem (empty if it can):
-  /// unknown buffer kinds or parameters, wrong shapes, missing buffers after step 0.
-  std::vector<std::string> state_differences(const optimizer_state<T>& state) const;
+  /// unknown buffer kinds or parameters, wrong shapes, missing buffers after step 0, a buffer
+  /// of a parameter outside the shard. With `whole`, checks it as the state of every
+  /// parameter, whatever the shard (a sharded optimizer's state gathered from all ranks).
+  std::vector<std::string> state_differences(const optimizer_state<T>& state, bool whole = false) const;
+
+  /// Optimizer-state sharding (ZeRO stage 1; distributed::data_parallel::shard_optimizer sets
+  /// it on each rank): from now on this optimizer keeps buffers for, and updates, only the
+  /// parameters [first, end) of the store in name order; step() leaves the others as they
+  /// are (another process updates them, and their values are copied in afterwards), and their
+  /// buffers are dropped now. shard(0, params().size()) is the whole store again: the others'
+  /// buffers are then absent until loaded (load_state) or, before the first step, made. The
+  /// range's buffers take the store's layout from `first` on, so an update is the same
+  /// element-wise pass as unsharded: the same bits. Throws value_error for a range outside the
+  /// store.
+  void shard(std::size_t first, std::size_t end);
+  /// The shard: [first, end) in the store's name order; [0, params().size()) when unsharded.
+  std::pair<std::size_t, std::size_t> shard() const;
+  /// Whether a shard smaller than the store is set.
+  bool sharded() const;
   /// Replaces the state. Throws value_error listing every difference, changing nothing.
   void load_state(optimizer_state<T> state);
 
@@ -97,6 +115,9 @@ class optimizer {
   /// not depend on the number of threads.
   template <class Fn>
   void for_elements(const Fn& fn) const;
+  /// Where the shard's first parameter starts in the store's packed layout: a buffer element
+  /// of value element `offset` is at `offset - buffer_base()` in the buffers' blocks.
+  std::int64_t buffer_base() const { return buffer_base_; }
   optimizer_state<T> state_;
   double lr_;
 
@@ -109,6 +130,10 @@ class optimizer {
     std::size_t param;  // the parameter's index in name order
   };
   std::vector<piece> pieces_;  // for_elements' work, made by step() before prepare()
+  std::size_t first_ = 0, end_ = SIZE_MAX;  // the shard (SIZE_MAX: to the end of the store)
+  std::int64_t buffer_base_ = 0;          // buffer_base(), set by step()
+  bool owns(std::size_t k) const { return k >= first_ && k < std::min(end_, params_.size()); }
+  std::size_t index_of(const std::string& param) const;  // in name order; size() if absent
 };
 
 /// Options of sgd; PyTorch's defaults.
