@@ -11,12 +11,12 @@
 #include <filesystem>
 
 #include "loom/core/errors.hpp"
+#include "text.hpp"
 
 namespace loom::detail {
 
 namespace {
 
-std::string in_quotes(std::string_view s) { return "\"" + std::string(s) + "\""; }
 
 std::string directory_of(const std::string& path) {
   const auto dir = std::filesystem::path(path).parent_path();

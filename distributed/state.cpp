@@ -1,6 +1,9 @@
 // Configuration checks, broadcasts, checksums and rank-0 checkpoints (state.hpp).
 #include "loom/distributed/state.hpp"
 
+#include "loom/core/fnv.hpp"
+#include "../core/text.hpp"
+
 #include <cstring>
 #include <set>
 
@@ -9,18 +12,13 @@ namespace loom::distributed {
 namespace {
 
 std::uint64_t fnv(std::uint64_t h, const void* data, std::size_t n) {
-  const auto* p = static_cast<const unsigned char*>(data);
-  for (std::size_t i = 0; i < n; ++i) h = (h ^ p[i]) * 0x100000001b3ull;
-  return h;
+  return ::loom::fnv::add_bytes(h, data, n);
 }
 std::uint64_t fnv(std::uint64_t h, std::string_view s) {
-  return fnv(fnv(h, s.data(), s.size()), "\n", 1);
+  return ::loom::fnv::add(::loom::fnv::add(h, s), "\n");
 }
-constexpr std::uint64_t fnv_start = 0xcbf29ce484222325ull;
+constexpr std::uint64_t fnv_start = ::loom::fnv::start;
 
-std::string quoted(std::string_view s) {
-  return "\"" + std::string(s) + "\"";
-}
 
 // "key\0value\0" per entry, in key order: what the ranks compare.
 std::string serialize(const std::map<std::string, std::string>& config) {
@@ -52,14 +50,14 @@ std::string differences(int r, const std::map<std::string, std::string>& mine,
   for (const auto& [k, v] : mine) {
     auto it = root.find(k);
     if (it == root.end())
-      lines.push_back("rank " + std::to_string(r) + " has " + quoted(k) + " = " + quoted(v) + ", rank 0 has none");
+      lines.push_back("rank " + std::to_string(r) + " has " + in_quotes(k) + " = " + in_quotes(v) + ", rank 0 has none");
     else if (it->second != v)
-      lines.push_back("rank " + std::to_string(r) + ": " + quoted(k) + " is " + quoted(v) + ", rank 0 has " +
-                      quoted(it->second));
+      lines.push_back("rank " + std::to_string(r) + ": " + in_quotes(k) + " is " + in_quotes(v) + ", rank 0 has " +
+                      in_quotes(it->second));
   }
   for (const auto& [k, v] : root)
     if (!mine.count(k))
-      lines.push_back("rank 0 has " + quoted(k) + " = " + quoted(v) + ", rank " + std::to_string(r) + " has none");
+      lines.push_back("rank 0 has " + in_quotes(k) + " = " + in_quotes(v) + ", rank " + std::to_string(r) + " has none");
   std::string out;
   for (std::size_t i = 0; i < lines.size() && i < 8; ++i) out += "\n  - " + lines[i];
   if (lines.size() > 8) out += "\n  - ... and " + std::to_string(lines.size() - 8) + " more";
@@ -148,8 +146,8 @@ void broadcast_optimizer(const communicator& comm, optimizer<T>& opt) {
     for (const auto& [name, t] : by_param) description[kind + "\n" + name] = t.dims().str();
   auto root = deserialize(comm.broadcast(serialize(description)));
   if (root.at("optimizer") != opt.name())
-    throw mismatch_error("broadcast_optimizer: rank 0's optimizer is " + quoted(root.at("optimizer")) + ", rank " +
-                         std::to_string(comm.rank()) + "'s is " + quoted(opt.name()));
+    throw mismatch_error("broadcast_optimizer: rank 0's optimizer is " + in_quotes(root.at("optimizer")) + ", rank " +
+                         std::to_string(comm.rank()) + "'s is " + in_quotes(opt.name()));
   optimizer_state<T> copy;
   if (comm.rank() == 0) copy = state;
   copy.step = std::stoll(root.at("step"));

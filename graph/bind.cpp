@@ -45,22 +45,22 @@ void match_feeds(const plan_view& plan, std::span<const feed> given, bool is_dou
     if (found < 0) {
       std::string names;
       for (int i = 0; i < n; ++i)
-        if (is_input(plan, i)) names += (names.empty() ? "" : ", ") + quoted(plan.order[i]->name);
-      throw missing_error("forward: " + quoted(f.name()) + " is not an input of this graph (its inputs: " + names +
+        if (is_input(plan, i)) names += (names.empty() ? "" : ", ") + in_quotes(plan.order[i]->name);
+      throw missing_error("forward: " + in_quotes(f.name()) + " is not an input of this graph (its inputs: " + names +
                           ")");
     }
-    if (fed[found]) throw missing_error("forward: input " + quoted(f.name()) + " was given twice");
+    if (fed[found]) throw missing_error("forward: input " + in_quotes(f.name()) + " was given twice");
     fed[found] = &f;
   }
   std::string missing;
   for (int i = 0; i < n; ++i)
-    if (is_input(plan, i) && !fed[i]) missing += (missing.empty() ? "" : ", ") + quoted(plan.order[i]->name);
+    if (is_input(plan, i) && !fed[i]) missing += (missing.empty() ? "" : ", ") + in_quotes(plan.order[i]->name);
   if (!missing.empty()) throw missing_error("forward: missing input(s) " + missing);
   for (int i = 0; i < n; ++i) {
     if (!fed[i]) continue;
     storage want = storage_for(plan.order[i]->elem, is_double);
     if (fed[i]->type() != want)
-      throw shape_error("forward: input " + quoted(plan.order[i]->name) + " must be a tensor of " +
+      throw shape_error("forward: input " + in_quotes(plan.order[i]->name) + " must be a tensor of " +
                         storage_name(want) + ", got " + storage_name(fed[i]->type()));
   }
 }
@@ -73,7 +73,7 @@ void bind_symbols(const plan_view& plan, const std::vector<const feed*>& fed, co
   s.assign(plan.syms.size(), -1);
   source.assign(plan.syms.size(), {});
   using where = bind_source;
-  auto who = [&](int i, bool from_feed) { return (from_feed ? "input " : "parameter ") + quoted(plan.order[i]->name); };
+  auto who = [&](int i, bool from_feed) { return (from_feed ? "input " : "parameter ") + in_quotes(plan.order[i]->name); };
   auto text = [&](const where& w) { return who(w.node, w.feed) + " axis " + std::to_string(w.axis); };
   for (int j = 0; j < 2 * plan.size(); ++j) {
     const int i = j % plan.size();
@@ -103,14 +103,14 @@ void bind_symbols(const plan_view& plan, const std::vector<const feed*>& fed, co
         s[k] = got.d[a];
         source[k] = here;
       } else if (s[k] != got.d[a]) {
-        throw shape_error("forward: dim " + quoted(plan.syms[k]) + " is " + std::to_string(s[k]) + " from " +
+        throw shape_error("forward: dim " + in_quotes(plan.syms[k]) + " is " + std::to_string(s[k]) + " from " +
                           text(source[k]) + " but " + std::to_string(got.d[a]) + " from " + text(here));
       }
     }
   }
   for (std::size_t k = 0; k < s.size(); ++k)
     if (s[k] < 0)
-      throw shape_error("forward: dim " + quoted(plan.syms[k]) +
+      throw shape_error("forward: dim " + in_quotes(plan.syms[k]) +
                         " is not bound by any input or parameter (is a parameter missing from the store?)");
 }
 
@@ -151,12 +151,12 @@ void node_dims(const plan_view& plan, const std::vector<typename param_store<T>:
     const node_desc* d = plan.order[i];
     const typename param_store<T>::entry* e = entries[static_cast<std::size_t>(i)];
     if (!e) {
-      absent += (absent.empty() ? "" : ", ") + quoted(d->name) + " " + nd[i].str();
+      absent += (absent.empty() ? "" : ", ") + in_quotes(d->name) + " " + nd[i].str();
       continue;
     }
     const tensor<T>& v = e->value;
     if (!(v.dims() == nd[i]))
-      throw shape_error("forward: parameter " + quoted(d->name) + " must have shape " + nd[i].str() +
+      throw shape_error("forward: parameter " + in_quotes(d->name) + " must have shape " + nd[i].str() +
                         ", the store holds " + v.dims().str());
   }
   if (!absent.empty()) throw missing_error("forward: parameter(s) missing from the store: " + absent);
@@ -215,7 +215,7 @@ void appends_in_place(const plan_view& plan, std::span<const int> may_append, co
     const int x = may_append[c];
     if (x < 0 || !fed[x] || fed[x]->room_rows() == 0) continue;
     if (nd[c][-2] > fed[x]->room_rows())
-      throw capacity_error("forward: input " + quoted(plan.order[x]->name) + " has room for " +
+      throw capacity_error("forward: input " + in_quotes(plan.order[x]->name) + " has room for " +
                            std::to_string(fed[x]->room_rows()) + " rows per matrix, but " + plan.describe(c) +
                            " appends to " + std::to_string(nd[c][-2]) + " (shape " + nd[c].str() + ")");
     appended[c] = 1;

@@ -178,15 +178,6 @@ ops::op_args<T> executor<T>::impl::args(int i) const {
 // the same dims — reads strided values (op_entry::reads_strided).
 template <class T>
 void executor<T>::impl::plan_appends() {
-  auto same_dims = [&](int a, int b) {
-    if (plan.order[a]->rank != plan.order[b]->rank) return false;
-    for (int k = 0; k < plan.order[a]->rank; ++k) {
-      const plan_dim &x = plan.dims[a][k], &y = plan.dims[b][k];
-      if (x.constant != y.constant || x.n_syms != y.n_syms || !std::equal(x.sym.begin(), x.sym.begin() + x.n_syms, y.sym.begin()))
-        return false;
-    }
-    return true;
-  };
   may_append.assign(n, -1);
   for (int c = 0; c < n; ++c) {
     const node_desc& d = *plan.order[c];
@@ -209,7 +200,7 @@ void executor<T>::impl::plan_appends() {
         auto kins = plan.inputs(k);
         for (std::size_t pos = 0; pos < kins.size(); ++pos) {
           if (kins[pos] != u) continue;
-          if (pos == 0 && view_of[k] == u && same_dims(k, u)) todo.push_back(k);
+          if (pos == 0 && view_of[k] == u && same_dims(plan, k, u)) todo.push_back(k);
           else if (!kd.op->reads_strided || !kd.op->reads_strided(kd, static_cast<int>(pos))) ok = false;
         }
       }

@@ -128,7 +128,7 @@ bool executor<T>::impl::param_in_place(int i) const {
 template <class T>
 void executor<T>::impl::check_param_unmoved(int i, const char* what) const {
   if (!param_in_place(i))
-    throw error(std::string(what) + ": parameter " + quoted(plan.order[i]->name) +
+    throw error(std::string(what) + ": parameter " + in_quotes(plan.order[i]->name) +
                 " was replaced in the store after forward() (its memory moved); call forward() again first");
 }
 
@@ -254,7 +254,7 @@ std::int64_t executor<T>::bound(std::string_view symbol) const {
       if (!p_->bound) throw error("executor: no dims are bound before forward()");
       return p_->sym[k];
     }
-  throw missing_error("executor: the graph has no dim " + quoted(symbol));
+  throw missing_error("executor: the graph has no dim " + in_quotes(symbol));
 }
 
 template <class T>

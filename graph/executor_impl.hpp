@@ -25,10 +25,10 @@
 #include "planner.hpp"
 #include "rewrite.hpp"
 #include "schedule.hpp"
+#include "../core/text.hpp"
 
 namespace loom {
 
-inline std::string quoted(std::string_view s) { return "\"" + std::string(s) + "\""; }
 
 // Which input's or parameter's axis bound a symbol (named only in an error; bind.cpp).
 struct bind_source {

@@ -24,12 +24,12 @@ memory_report executor<T>::memory_plan(std::span<const std::pair<std::string_vie
   for (const auto& [name, value] : given) {
     std::size_t k = 0;
     while (k < plan.syms.size() && plan.syms[k] != name) ++k;
-    if (k == plan.syms.size()) throw shape_error("memory_plan: the graph has no dim " + quoted(name));
-    if (value < 0) throw shape_error("memory_plan: dim " + quoted(name) + " is negative: " + std::to_string(value));
+    if (k == plan.syms.size()) throw shape_error("memory_plan: the graph has no dim " + in_quotes(name));
+    if (value < 0) throw shape_error("memory_plan: dim " + in_quotes(name) + " is negative: " + std::to_string(value));
     sym[k] = value;
   }
   for (std::size_t k = 0; k < sym.size(); ++k)
-    if (sym[k] < 0) throw shape_error("memory_plan: no value given for dim " + quoted(plan.syms[k]));
+    if (sym[k] < 0) throw shape_error("memory_plan: no value given for dim " + in_quotes(plan.syms[k]));
   constexpr std::int64_t limit = std::numeric_limits<std::int64_t>::max() / 64;
   auto size_of = [&](int node) {
     std::int64_t size = 1;

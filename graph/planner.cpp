@@ -8,18 +8,6 @@
 
 namespace loom::detail {
 
-bool same_dims(const plan_view& plan, int a, int b) {
-  if (plan.order[a]->rank != plan.order[b]->rank) return false;
-  for (int k = 0; k < plan.order[a]->rank; ++k) {
-    const plan_dim& x = plan.dims[a][k];
-    const plan_dim& y = plan.dims[b][k];
-    if (x.constant != y.constant || x.n_syms != y.n_syms) return false;
-    for (int s = 0; s < x.n_syms; ++s)
-      if (x.sym[s] != y.sym[s]) return false;
-  }
-  return true;
-}
-
 
 buffer_plan plan_buffers(const planner_input& input) {
   plan_context c(input);

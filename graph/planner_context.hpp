@@ -18,9 +18,6 @@ struct reachability {
 };
 reachability reach_of(const dag& g);
 
-/// Whether nodes a and b have the same dims (as expressions of the symbols).
-bool same_dims(const plan_view& plan, int a, int b);
-
 /// One access of a buffer: at a step, by a forward or a backward task (or by neither: the
 /// steps before a pass, and the end).
 struct access {

@@ -54,8 +54,8 @@ int executor<T>::named_index(std::string_view name) const {
   const int i = p_->plan.named_index(name);
   if (i >= 0) return i;
   std::string names;
-  for (int k : p_->plan.named) names += (names.empty() ? "" : ", ") + quoted(p_->plan.order[k]->name);
-  throw missing_error("executor: the graph has no output named " + quoted(name) +
+  for (int k : p_->plan.named) names += (names.empty() ? "" : ", ") + in_quotes(p_->plan.order[k]->name);
+  throw missing_error("executor: the graph has no output named " + in_quotes(name) +
                       (names.empty() ? std::string(" (it names none)") : " (its named outputs: " + names + ")"));
 }
 
@@ -112,7 +112,7 @@ int executor<T>::index_of(const node_desc* d) const {
 template <class T>
 int executor<T>::input_index(std::string_view name) const {
   const int i = p_->plan.input_index(name);
-  if (i < 0) throw missing_error("executor: " + quoted(name) + " is not an input of this graph");
+  if (i < 0) throw missing_error("executor: " + in_quotes(name) + " is not an input of this graph");
   return i;
 }
 

@@ -1,5 +1,6 @@
 // Checkpoints: parameters + optimizer state + metadata in one safetensors file.
 #include "loom/io/checkpoint.hpp"
+#include "../core/text.hpp"
 
 #include <charconv>
 
@@ -12,9 +13,6 @@ constexpr std::string_view format_key = "loom.checkpoint";
 constexpr std::string_view optimizer_key = "optimizer";
 constexpr std::string_view step_key = "optimizer.step";
 
-std::string in_quotes(std::string_view s) {
-  return "\"" + std::string(s) + "\"";
-}
 
 bool reserved(std::string_view key) {
   return key.starts_with("optimizer") || key.starts_with("loom.");

@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "../core/atomic_file.hpp"
+#include "../core/text.hpp"
 
 namespace loom::hf {
 
@@ -24,10 +25,6 @@ namespace {
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 
-// A name or path in quotes for a message: at most 256 bytes of it (tensor names come from files).
-std::string in_quotes(std::string_view s) {
-  return "\"" + std::string(s.substr(0, 256)) + (s.size() > 256 ? "...\"" : "\"");
-}
 
 std::string path_in(const std::string& folder, std::string_view file) { return (fs::path(folder) / file).string(); }
 

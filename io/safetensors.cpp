@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "../core/atomic_file.hpp"
+#include "../core/text.hpp"
 
 namespace loom {
 
@@ -22,9 +23,6 @@ namespace {
 
 constexpr std::string_view metadata_key = "__metadata__";
 
-std::string in_quotes(std::string_view s) {
-  return "\"" + std::string(s) + "\"";
-}
 
 struct dtype_info {
   storage_type type;

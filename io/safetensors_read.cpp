@@ -18,6 +18,7 @@
 #include <nlohmann/json.hpp>
 
 #include "loom/io/safetensors.hpp"
+#include "../core/text.hpp"
 
 namespace loom {
 
@@ -25,7 +26,6 @@ namespace {
 
 using json = nlohmann::json;
 
-std::string in_quotes(std::string_view s) { return "\"" + std::string(s) + "\""; }
 
 constexpr std::string_view metadata_key = "__metadata__";
 

@@ -4,6 +4,7 @@
 // separate projections, compare with the store, collect every difference), then, only when
 // there is none, convert everything and assign. So a failed import changes nothing.
 #include "loom/io/torch_import.hpp"
+#include "../core/text.hpp"
 
 #include <algorithm>
 #include <array>
@@ -14,9 +15,6 @@ namespace loom::pytorch {
 
 namespace {
 
-std::string in_quotes(std::string_view s) {
-  return "\"" + std::string(s) + "\"";
-}
 
 std::string with_dot(std::string_view prefix) {
   std::string p(prefix);

@@ -4,11 +4,11 @@
 #include <cstring>
 
 #include "loom/core/errors.hpp"
+#include "../core/text.hpp"
 
 namespace loom::nn {
 
 namespace {
-std::string quoted(std::string_view s) { return "\"" + std::string(s) + "\""; }
 }  // namespace
 
 template <class T>
@@ -26,7 +26,7 @@ kv_cache<T>::kv_cache(const plan_view& step, std::int64_t batch, std::int64_t ca
                       step.order[static_cast<std::size_t>(out)]->rank == 4 && d[1].n_syms == 0 && d[3].n_syms == 0 &&
                       d[2].n_syms == 1 && d[2].constant == 0 && (p_sym < 0 || d[2].sym[0] == p_sym);
     if (!form)
-      throw value_error("kv_cache: the state " + quoted(name) + " is " + step.shape_text(in) +
+      throw value_error("kv_cache: the state " + in_quotes(name) + " is " + step.shape_text(in) +
                         "; a cache holds states [B, H, P, d_k] with H and d_k fixed and one dim P for all");
     p_sym = d[2].sym[0];
     p_name_ = std::string(step.syms[static_cast<std::size_t>(p_sym)]);
@@ -71,7 +71,7 @@ std::int64_t kv_cache<T>::append(const executor<T>& run) {
   const std::int64_t fed = run.bound(p_name_);
   if (fed != length_)
     throw shape_error("kv_cache: the last step ran over " + std::to_string(fed) + " cached positions (dim " +
-                      quoted(p_name_) + "), this cache holds " + std::to_string(length_) +
+                      in_quotes(p_name_) + "), this cache holds " + std::to_string(length_) +
                       " (was the step run with this cache's feeds?)");
   std::vector<strided_view<const T>> sources;
   std::int64_t added = -1;
@@ -80,7 +80,7 @@ std::int64_t kv_cache<T>::append(const executor<T>& run) {
     const std::int64_t rows = v.dims.rank == 4 ? v.dims[2] : -1;
     if (rows < length_ || v.dims[0] != batch_ || v.dims[1] != b.heads || v.dims[3] != b.head_dim ||
         (added >= 0 && rows - length_ != added))
-      throw shape_error("kv_cache: after the step, the state " + quoted(b.name) + " is " + v.dims.str() +
+      throw shape_error("kv_cache: after the step, the state " + in_quotes(b.name) + " is " + v.dims.str() +
                         ", expected [" + std::to_string(batch_) + ", " + std::to_string(b.heads) + ", " +
                         std::to_string(length_) + " + new positions, " + std::to_string(b.head_dim) +
                         "] (was the step run with this cache's feeds?)");
@@ -90,7 +90,7 @@ std::int64_t kv_cache<T>::append(const executor<T>& run) {
       for (std::int64_t m = 0; m < batch_ * b.heads; ++m)
         if (std::memcmp(v.data + m * v.mat_stride, b.storage.data() + m * capacity_ * b.head_dim,
                         static_cast<std::size_t>(length_ * b.head_dim) * sizeof(T)) != 0)
-          throw shape_error("kv_cache: the last step's " + quoted(b.name) +
+          throw shape_error("kv_cache: the last step's " + in_quotes(b.name) +
                             " does not begin with this cache's positions (was the step run with this cache's feeds?)");
     sources.push_back(v);
   }
@@ -150,8 +150,8 @@ const typename kv_cache<T>::block& kv_cache<T>::find(std::string_view name) cons
   for (const block& b : blocks_)
     if (b.name == name) return b;
   std::string names;
-  for (const block& b : blocks_) names += (names.empty() ? "" : ", ") + quoted(b.name);
-  throw missing_error("kv_cache: no state " + quoted(name) + " (it holds " + names + ")");
+  for (const block& b : blocks_) names += (names.empty() ? "" : ", ") + in_quotes(b.name);
+  throw missing_error("kv_cache: no state " + in_quotes(name) + " (it holds " + names + ")");
 }
 
 template <class T>

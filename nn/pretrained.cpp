@@ -6,6 +6,7 @@
 #include <string_view>
 
 #include "loom/core/errors.hpp"
+#include "../core/text.hpp"
 
 namespace loom::nn {
 
@@ -21,7 +22,6 @@ std::string number_text(double v) {
   return s;
 }
 
-std::string quoted(std::string_view s) { return "\"" + std::string(s) + "\""; }
 
 bool llama(const decoder_config& c) { return c.family == decoder_family::llama; }
 
@@ -62,7 +62,7 @@ std::vector<optional_field> defaults(const hf::model_config& file, const decoder
 std::map<std::string, std::string> hf_config_fields(const decoder_config& c) {
   std::map<std::string, std::string> f;
   if (llama(c)) {
-    f["model_type"] = quoted("llama");
+    f["model_type"] = in_quotes("llama");
     f["hidden_size"] = std::to_string(c.d_model);
     f["intermediate_size"] = std::to_string(c.ffn);
     f["num_attention_heads"] = std::to_string(c.heads);
@@ -71,21 +71,21 @@ std::map<std::string, std::string> hf_config_fields(const decoder_config& c) {
     f["rms_norm_eps"] = number_text(c.eps);
     f["rope_theta"] = number_text(c.rope_theta);
     f["tie_word_embeddings"] = c.tied_embeddings ? "true" : "false";
-    f["hidden_act"] = quoted("silu");
+    f["hidden_act"] = in_quotes("silu");
     // what loom's llama blocks do not have: written as Hugging Face's defaults, refused otherwise
     f["head_dim"] = std::to_string(c.d_model / c.heads);
     f["rope_scaling"] = "null";
     f["attention_bias"] = "false";
     f["mlp_bias"] = "false";
   } else {
-    f["model_type"] = quoted("gpt2");
+    f["model_type"] = in_quotes("gpt2");
     f["n_embd"] = std::to_string(c.d_model);
     f["n_inner"] = c.ffn == 4 * c.d_model ? "null" : std::to_string(c.ffn);
     f["n_head"] = std::to_string(c.heads);
     f["n_layer"] = std::to_string(c.layers);
     f["n_positions"] = std::to_string(c.max_positions);
     f["layer_norm_epsilon"] = number_text(c.eps);
-    f["activation_function"] = quoted("gelu_new");
+    f["activation_function"] = in_quotes("gelu_new");
     f["scale_attn_by_inverse_layer_idx"] = "false";
   }
   if (c.vocab > 0) f["vocab_size"] = std::to_string(c.vocab);
@@ -110,7 +110,7 @@ std::vector<std::string> hf_config_differences(const hf::model_config& file, con
   // Hugging Face's Llama rotates halves; a checkpoint in the interleaved layout (Meta's original
   // pairing) says so with loom's own field "rope_layout" (save_pretrained writes it), so that
   // the two are never loaded into each other's model: the numbers would load and be wrong.
-  if (llama(c)) expected["rope_layout"] = quoted(c.rope == rope_layout::interleaved ? "interleaved" : "rotate_half");
+  if (llama(c)) expected["rope_layout"] = in_quotes(c.rope == rope_layout::interleaved ? "interleaved" : "rotate_half");
   // GPT-2's n_inner: null means 4 · n_embd, so a null and an explicit 4 · n_embd are one model
   if (!llama(c) && c.ffn == 4 * c.d_model) {
     auto it = filled.fields.find("n_inner");
@@ -137,7 +137,7 @@ void save_pretrained(const std::string& folder, const decoder_config& c, const p
   auto config = hf_config_fields(c);
   config["architectures"] = llama(c) ? "[\"LlamaForCausalLM\"]" : "[\"GPT2LMHeadModel\"]";
   if (!llama(c)) config["tie_word_embeddings"] = "true";
-  if (llama(c) && c.rope == rope_layout::interleaved) config["rope_layout"] = quoted("interleaved");
+  if (llama(c) && c.rope == rope_layout::interleaved) config["rope_layout"] = in_quotes("interleaved");
   if (c.vocab == 0) {
     // the vocabulary is the embedding's rows
     const auto& table = params.value(llama(c) ? "model.embed_tokens.weight" : "transformer.wte.weight");

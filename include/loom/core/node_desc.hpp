@@ -15,6 +15,7 @@
 #include <tuple>
 
 #include "loom/core/dims.hpp"
+#include "loom/core/fnv.hpp"
 #include "loom/core/op_entry.hpp"
 #include "loom/core/reflect.hpp"
 
@@ -67,18 +68,10 @@ struct node_desc {
 
 namespace detail {
 constexpr std::uint64_t fnv(std::uint64_t h, std::uint64_t v) {
-  for (int i = 0; i < 8; ++i) {
-    h ^= (v >> (8 * i)) & 0xffu;
-    h *= 1099511628211ull;
-  }
-  return h;
+  return ::loom::fnv::add_word(h, v);
 }
 constexpr std::uint64_t fnv(std::uint64_t h, std::string_view s) {
-  for (char c : s) {
-    h ^= static_cast<unsigned char>(c);
-    h *= 1099511628211ull;
-  }
-  return fnv(h, s.size());
+  return ::loom::fnv::add_word(::loom::fnv::add(h, s), s.size());
 }
 constexpr std::uint64_t fnv(std::uint64_t h, const dim_expr& d) {
   h = fnv(h, static_cast<std::uint64_t>(d.constant));
@@ -86,7 +79,7 @@ constexpr std::uint64_t fnv(std::uint64_t h, const dim_expr& d) {
   return h;
 }
 constexpr std::uint64_t hash_desc(const node_desc& d) {
-  std::uint64_t h = 14695981039346656037ull;
+  std::uint64_t h = ::loom::fnv::start;
   h = fnv(h, static_cast<std::uint64_t>(d.op->id));
   h = fnv(h, static_cast<std::uint64_t>(d.elem));
   h = fnv(h, d.name);

@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "loom/core/fixed_string.hpp"
+#include "loom/core/fnv.hpp"
 
 namespace loom {
 
@@ -157,12 +158,7 @@ struct op_entry : op_traits {
 
 /// An op's id: the 64-bit FNV-1a hash of its name. Stable as long as the name is.
 constexpr std::uint64_t op_id(std::string_view name) {
-  std::uint64_t h = 14695981039346656037ull;
-  for (char c : name) {
-    h ^= static_cast<unsigned char>(c);
-    h *= 1099511628211ull;
-  }
-  return h;
+  return fnv::add(fnv::start, name);
 }
 
 namespace detail {

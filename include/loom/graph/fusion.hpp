@@ -58,21 +58,7 @@ inline bool only_for(const plan_view& p, std::span<const std::uint8_t> absorbabl
   return absorbable[x] && cons.size() == 1 && cons[0] == by;
 }
 
-/// Two dims of the plan are the same expression (constant and symbols).
-inline bool same_dim(const plan_dim& a, const plan_dim& b) {
-  if (a.constant != b.constant || a.n_syms != b.n_syms) return false;
-  for (int s = 0; s < a.n_syms; ++s)
-    if (a.sym[s] != b.sym[s]) return false;
-  return true;
-}
-
-/// Nodes a and b have the same shape (rank and every dim).
-inline bool same_dims(const plan_view& p, int a, int b) {
-  if (p.order[a]->rank != p.order[b]->rank) return false;
-  for (int k = 0; k < p.order[a]->rank; ++k)
-    if (!same_dim(p.dims[a][k], p.dims[b][k])) return false;
-  return true;
-}
+// same_dim and same_dims (two dims, two nodes' shapes alike) are in loom/graph/plan.hpp.
 
 }  // namespace loom
 
