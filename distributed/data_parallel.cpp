@@ -22,6 +22,7 @@
 #include <time.h>
 
 #include "allreduce.hpp"
+#include "shares.hpp"
 #include "loom/distributed/state.hpp"
 
 namespace loom::distributed {
@@ -428,33 +429,11 @@ step_totals data_parallel<T>::finish() {
   return p.all;
 }
 
-// Shares of the parameters in name order, consecutive and balanced by elements: rank r's
-// share ends at the parameter boundary nearest to (r + 1)/N of all elements (the earlier one
-// on a tie). Depends only on the shapes, so every rank computes the same.
 template <class T>
 std::vector<std::size_t> data_parallel<T>::shard_bounds() const {
-  const impl& p = *p_;
-  const auto n_ranks = static_cast<std::size_t>(p.comm.size());
   std::vector<std::int64_t> sizes;
-  for (const auto& [name, e] : *p.params) sizes.push_back(e.value.size());
-  std::int64_t total = 0;
-  for (std::int64_t n : sizes) total += n;
-  std::vector<std::size_t> bounds{0};
-  std::int64_t so_far = 0;
-  std::size_t k = 0;
-  for (std::size_t r = 1; r < n_ranks; ++r) {
-    // distances to the target r/N · total, scaled by N (integers; no overflow in 128 bits)
-    const auto target = static_cast<__int128>(total) * static_cast<__int128>(r);
-    const auto n = static_cast<__int128>(n_ranks);
-    auto distance = [&](std::int64_t elements) {
-      const __int128 d = static_cast<__int128>(elements) * n - target;
-      return d < 0 ? -d : d;
-    };
-    while (k < sizes.size() && distance(so_far + sizes[k]) < distance(so_far)) so_far += sizes[k++];
-    bounds.push_back(k);
-  }
-  bounds.push_back(sizes.size());
-  return bounds;
+  for (const auto& [name, e] : *p_->params) sizes.push_back(e.value.size());
+  return detail::balanced_shares(sizes, p_->comm.size());
 }
 
 template <class T>
@@ -474,27 +453,10 @@ void data_parallel<T>::after_update() {
   impl& p = *p_;
   if (!p.sharded) return;
   // the communication thread is idle between steps: this thread may call MPI (see the top)
-  const auto segments = p.params->value_block().segments();
-  const int n_ranks = p.comm.size();
-  if (segments.size() != p.bounds.back() || !p.params->packed())
+  if (p.params->value_block().segments().size() != p.bounds.back() || !p.params->packed())
     throw error("data_parallel: the parameter store changed after shard_optimizer (call it again)");
-  std::vector<int> counts(static_cast<std::size_t>(n_ranks)), displacements(static_cast<std::size_t>(n_ranks));
-  for (int r = 0; r < n_ranks; ++r) {
-    const std::size_t first = p.bounds[static_cast<std::size_t>(r)], end = p.bounds[static_cast<std::size_t>(r) + 1];
-    if (first == end) continue;
-    const std::int64_t begin = segments[first].offset, stop = segments[end - 1].offset + segments[end - 1].size;
-    if (stop - begin > std::numeric_limits<int>::max())
-      throw value_error("data_parallel: a rank's share of more than 2^31 - 1 elements (MPI counts are ints)");
-    counts[static_cast<std::size_t>(r)] = static_cast<int>(stop - begin);
-    displacements[static_cast<std::size_t>(r)] = static_cast<int>(begin);
-  }
-  const MPI_Datatype type = std::is_same_v<T, float> ? MPI_FLOAT : MPI_DOUBLE;
-  MPI_Request request;
-  detail::check(p.comm.mpi(),
-                MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, p.params->value_block().elements().data(),
-                                counts.data(), displacements.data(), type, p.comm.mpi().comm, &request),
-                "the all-gather of the updated parameters");
-  detail::wait_all(p.comm.mpi(), std::span(&request, 1), "the all-gather of the updated parameters");
+  detail::gather_shares<T>(p.comm.mpi(), p.params->value_block().elements().data(),
+                           p.params->value_block().segments(), p.bounds);
 }
 
 template <class T>

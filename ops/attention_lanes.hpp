@@ -1,0 +1,128 @@
+// Fused attention: the vector helpers of the kernels (GCC generic vectors, always inlined).
+// Private to ops/attention.cpp, which alone includes it (one translation unit: the kernels
+// stay out of every other file).
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+
+#include "attention_problem.hpp"
+#include "vector_isa.hpp"
+#include "vmath.hpp"
+
+namespace loom::ops {
+namespace fused_attention {  // named, not anonymous: the kernels' lambdas capture these types
+
+// ---------------------------------------------------------------- vectors
+//
+// GCC's generic vectors of `lanes` elements, which each version of a kernel (LOOM_VECTOR_CLONES)
+// compiles to its own registers — one zmm for 16 floats on AVX-512, two ymm on AVX2 (a·b + c
+// contracted to an FMA in both); the helpers are always inlined so that each version gets its
+// own copy.
+
+constexpr int lanes = 16;  // elements per vector (the small kernels: query rows per block)
+template <class T>
+struct lane_vector;
+template <>
+struct lane_vector<float> {
+  typedef float type __attribute__((vector_size(lanes * sizeof(float))));
+};
+template <>
+struct lane_vector<double> {
+  typedef double type __attribute__((vector_size(lanes * sizeof(double))));
+};
+template <class T>
+using vec = typename lane_vector<T>::type;
+
+/// x in every lane (x − 0 is x exactly, −0 included; GCC broadcasts the scalar operand).
+template <class V, class S>
+[[gnu::always_inline]] inline V splat(S x) {
+  return x - V{};
+}
+template <class T>
+[[gnu::always_inline]] inline vec<T> load(const T* p) {
+  vec<T> v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+template <class T>
+[[gnu::always_inline]] inline void store(T* p, const vec<T>& v) {
+  std::memcpy(p, &v, sizeof v);
+}
+
+/// f of every lane (the double versions of the lane functions: libm, every digit).
+template <class T, class F>
+[[gnu::always_inline]] inline vec<T> per_lane(const vec<T>& x, F f) {
+  vec<T> y;
+  for (int i = 0; i < lanes; ++i) y[i] = f(x[i]);
+  return y;
+}
+
+/// e^x in every lane: vmath's exp_clamped with the clamp at −88 instead of vexp's −87.3 and its
+/// final select (x < −87.3 ? 0) left out — at −88 the result is exactly +0 already (also for
+/// −∞). Same bits as vexp except for x in (−87.7, −87.3), where vexp gives 0 and this e^x
+/// (below 1.2e−38). In double: std::exp per lane. (A select of GCC's generic vectors of this
+/// width after a compare came out as scalar code per lane; the clamps' selects did not.)
+template <class T>
+[[gnu::always_inline]] inline vec<T> vexp_lanes(const vec<T>& x) {
+  if constexpr (std::is_same_v<T, double>) {
+    return per_lane<T>(x, [](double v) { return std::exp(v); });
+  } else {
+    using V = vec<float>;
+    const V lo = splat<V>(-88.0f), hi = splat<V>(88.3f);
+    V xc = x < lo ? lo : x;
+    xc = hi < xc ? hi : xc;
+    return exp_clamped(xc);
+  }
+}
+
+/// The index vectors of __builtin_shuffle for vec<T>: integers of T's size.
+template <class T>
+struct lane_index;
+template <>
+struct lane_index<float> {
+  using elem = std::int32_t;
+  typedef elem type __attribute__((vector_size(lanes * sizeof(elem))));
+};
+template <>
+struct lane_index<double> {
+  using elem = std::int64_t;
+  typedef elem type __attribute__((vector_size(lanes * sizeof(elem))));
+};
+
+/// ln x in every lane for x normal and positive (vmath's log_normal; the small forward's row sums
+/// l ≥ 1, lanes with l = 0 give a finite value the caller discards): one vector instead of a libm
+/// call per row (0.4% of the tiny training step [AMD EPYC]). In double: std::log per lane
+/// (gradient checks want every digit).
+template <class T>
+[[gnu::always_inline]] inline vec<T> vlog_lanes(const vec<T>& x) {
+  if constexpr (std::is_same_v<T, double>) {
+    return per_lane<T>(x, [](double v) { return std::log(v); });
+  } else {
+    return log_normal(x);
+  }
+}
+
+/// The sum of v's lanes, in a fixed order: the upper half added to the lower, four times (lane
+/// 0 ends with ((v0 + v8) + (v4 + v12)) + …). Shuffles in registers: the same sums through an
+/// array were a store and reloads of its halves that waited for the store.
+template <class T>
+[[gnu::always_inline]] inline T lane_total(vec<T> v) {
+  static_assert(lanes == 16, "the shuffles below are written for 16 lanes");
+  using I = typename lane_index<T>::type;
+  v += __builtin_shuffle(v, I{8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7});
+  v += __builtin_shuffle(v, I{4, 5, 6, 7, 0, 1, 2, 3, 4, 5, 6, 7, 0, 1, 2, 3});
+  v += __builtin_shuffle(v, I{2, 3, 0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3, 0, 1});
+  v += __builtin_shuffle(v, I{1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0});
+  return v[0];
+}
+
+template <class T>
+T* scratch(std::size_t elements) {
+  thread_local std::vector<T> buffer;
+  if (buffer.size() < elements) buffer.resize(elements);
+  return buffer.data();
+}
+
+}  // namespace fused_attention
+}  // namespace loom::ops
