@@ -1,9 +1,16 @@
 // The state of an executor and the jobs that share it, one file each:
-//   executor.cpp  construction, the forward and backward passes, the public class
-//   bind.cpp      binding feeds: checks in numbered steps, then a commit that cannot fail
-//   buffers.cpp   placing value and gradient buffers in the arena, and the kernels' arguments
-//   schedule.cpp  the forward and backward DAGs (schedule.hpp)
-// Private to the library.
+//   executor.cpp       construction, the forward and backward passes, the public class
+//   readout.cpp        outputs by position and name, values and gradients after a pass
+//   bind.cpp           binding feeds: checks in numbered steps, then a commit that cannot fail
+//   buffers.cpp        placing value and gradient buffers in the arena, and the kernels' arguments
+//   schedule.cpp       the forward and backward DAGs (schedule.hpp)
+//   planner.cpp        the memory plan: values, in place, gradients (planner.hpp)
+//   recompute.cpp      checkpointed blocks recomputed in backward
+//   placement.cpp      lifetimes, conflicts and offsets in the arena (planner_context.hpp)
+//   memory_report.cpp  memory_plan(dims) before running
+//   init_params.cpp    make_params: initial values in plan order
+//   rewrite.cpp        fusion rules applied to the plan (rewrite.hpp)
+// and arena_allocator.hpp, the arena's memory. Private to the library.
 #pragma once
 
 #include <array>

@@ -1,4 +1,6 @@
-// GEMM through a BLAS (serial OpenBLAS: TBB owns the threads).
+// GEMM through a BLAS: OpenBLAS's pthread build, one thread per call (openblas_set_num_threads(1)
+// in ops/blas.cpp; cmake/LoomOpenBLAS.cmake says why that build), called from many TBB tasks at
+// once — TBB owns the threads. Private to the library.
 #pragma once
 
 #include <cstdint>

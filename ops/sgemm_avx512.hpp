@@ -6,14 +6,6 @@
 
 namespace loom::ops {
 
-/// C[M,N] = alpha · op(A) · op(B) + beta · C (row-major; C is not read when beta is 0) when
-/// the CPU has AVX-512 and the shape suits: 16 ≤ N ≤ 1024, 1 ≤ K ≤ 1024, not both operands
-/// transposed. Returns false, having touched nothing, otherwise (the caller
-/// then asks the BLAS).
-///
-/// Every element of C is one chain of fused multiply-adds over k in order, so its bits depend
-/// only on its row of op(A), its column of op(B), alpha, beta and its old value: never on M,
-/// on N, on how the caller splits the rows, or on the thread count.
 /// Whether sgemm_avx512 computes products of this shape on this CPU.
 bool sgemm_avx512_takes(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k);
 
@@ -37,6 +29,14 @@ struct gemm_epilogue {
   std::int64_t ldr = 0;
 };
 
+/// C[M,N] = alpha · op(A) · op(B) + beta · C, then the epilogue (row-major; C is not read when beta is 0) when
+/// the CPU has AVX-512 and the shape suits: 16 ≤ N ≤ 1024, 1 ≤ K ≤ 1024, not both operands
+/// transposed. Returns false, having touched nothing, otherwise (the caller
+/// then asks the BLAS).
+///
+/// Every element of C is one chain of fused multiply-adds over k in order, so its bits depend
+/// only on its row of op(A), its column of op(B), alpha, beta and its old value: never on M,
+/// on N, on how the caller splits the rows, or on the thread count.
 bool sgemm_avx512(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k, float alpha, const float* a,
                 std::int64_t lda, const float* b, std::int64_t ldb, float beta, float* c, std::int64_t ldc,
                 const gemm_epilogue& epilogue = {});

@@ -1,5 +1,8 @@
 // loom: neural models as typed dataflow graphs known at compile time.
-// Include this one header for the whole public API.
+// This header: the core (dims, tensors, nodes, parameters), graphs, executors, gradcheck, the
+// ops, checkpoints and safetensors, the PyTorch and Hugging Face readers, the optimizers. The
+// layers and models (loom/nn/...), the trainer and its progress line (loom/train/trainer.hpp,
+// progress.hpp), data sets (loom/data/...), BLEU and loom::distributed have headers of their own.
 #pragma once
 
 #include "loom/core/dims.hpp"

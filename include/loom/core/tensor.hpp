@@ -23,7 +23,7 @@ struct dims_t {
 
   dims_t() = default;
   dims_t(std::span<const std::int64_t> s) : rank(static_cast<int>(s.size())) {  // NOLINT
-    if (s.size() > static_cast<std::size_t>(max_rank)) throw shape_error("tensor: more than 6 axes");
+    if (s.size() > static_cast<std::size_t>(max_rank)) throw shape_error("tensor: more than " + std::to_string(max_rank) + " axes");
     std::copy(s.begin(), s.end(), d.begin());
   }
   dims_t(std::initializer_list<std::int64_t> s) : dims_t(std::span<const std::int64_t>(s.begin(), s.size())) {}
