@@ -89,6 +89,7 @@ void wait_all(const communicator::state& c, std::span<MPI_Request> requests, std
     check(c, MPI_Testall(static_cast<int>(requests.size()), requests.data(), &done, MPI_STATUSES_IGNORE), what, peer);
     if (done) return;
     if (p.timed_out()) {
+      if (peer < 0 && c.size == 2) peer = 1 - c.rank;  // of two ranks, the other one
       const std::string who = peer >= 0 ? "rank " + std::to_string(peer) : "the other ranks";
       throw lost(c.me() + ": no answer from " + who + " for " + std::to_string(c.timeout) + " s in " +
                      std::string(what) + ": " + who + " stopped, died or hangs",

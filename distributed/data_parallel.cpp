@@ -324,6 +324,7 @@ double data_parallel<T>::impl::reduce_step() {
       int peer = totals.done() ? -1 : totals.waiting_for();
       for (std::size_t b = 0; b < jobs.size() && peer < 0; ++b)
         if (!done[b]) peer = jobs[b].waiting_for();
+      if (peer < 0 && comm.size() == 2) peer = 1 - comm.rank();  // of two ranks, the other one
       const std::string who = peer >= 0 ? "rank " + std::to_string(peer) : "the other ranks";
       throw detail::lost(comm.mpi().me() + ": no gradients from " + who + " for " +
                              std::to_string(static_cast<int>(comm.timeout())) + " s: " + who +
