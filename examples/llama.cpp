@@ -38,27 +38,14 @@ using train_model = nn::decoder_lm<cfg, nn::train_mode>;
 using eval_model = nn::decoder_lm<cfg, nn::eval_mode>;
 using decode_model = nn::decoder_lm<cfg, nn::decode_mode>;
 
-// The program's settings: reflected below, they are its command line and settings.txt.
-struct settings {
-  cli::setting<double, "stop training after this many minutes", 0, 1'000'000> minutes = 2.5;
-  cli::setting<long, "training steps", 1, 100'000'000> steps = 3000;
-  cli::setting<int, "worker threads (0: all cores)", 0, max_threads> threads = 0;
-  cli::setting<std::string, "folder of the files written"> out = std::string("out/llama");
-  cli::setting<std::uint64_t, "seed of the text, the initial weights, the batches and the samples", 0, UINT64_MAX - 4>
-      seed = 1;
-  cli::setting<double, "sample from softmax(logits / T); 0: greedy", 0, 100> temperature = 0.8;
-  cli::setting<int, "sample among the K most likely characters (0: all)", 0, 1000> top_k = 5;
-};
-
-}  // namespace
-BOOST_HANA_ADAPT_STRUCT(settings, minutes, steps, threads, out, seed, temperature, top_k);
-namespace {
-
+using settings = examples::lm_settings;  // sampling.hpp
 
 }  // namespace
 
 int main(int argc, char** argv) {
   settings s;
+  s.steps = 3000;
+  s.out = std::string("out/llama");
   cli::command_line app("Trains a Llama-style decoder on generated verse, saves it as a Hugging Face checkpoint, "
                         "reloads it and samples from it.",
                         "llama");

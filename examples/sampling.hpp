@@ -1,15 +1,35 @@
-// Sampling a character-level language model through its KV cache (charlm, llama).
+// What the character-level language-model examples (charlm, llama) share: their settings and
+// sampling through the KV cache.
 #pragma once
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
+#include "cli.hpp"
 #include "loom/data/vocab.hpp"
 #include "loom/graph/executor.hpp"
 #include "loom/nn/generate.hpp"
 #include "loom/nn/kv_cache.hpp"
 
+namespace examples {
+
+/// The programs' settings, one declaration each: reflected below, they give the command line
+/// (--minutes, --top-k, ...: each checked against its range) and the run's record in
+/// settings.txt, by the fields' names. The defaults are charlm's; llama sets its own number of
+/// steps and folder before parsing.
+struct lm_settings {
+  cli::setting<double, "stop training after this many minutes", 0, 1'000'000> minutes = 2.5;
+  cli::setting<long, "training steps", 1, 100'000'000> steps = 4000;
+  cli::setting<int, "worker threads (0: all cores)", 0, loom::max_threads> threads = 0;
+  cli::setting<std::string, "folder of the files written"> out = std::string("out/charlm");
+  cli::setting<std::uint64_t, "seed of the text, the initial weights, the batches and the samples", 0, UINT64_MAX - 4>
+      seed = 1;
+  cli::setting<double, "sample from softmax(logits / T); 0: greedy", 0, 100> temperature = 0.8;
+  cli::setting<int, "sample among the K most likely characters (0: all)", 0, 1000> top_k = 5;
+};
+}  // namespace examples
+BOOST_HANA_ADAPT_STRUCT(examples::lm_settings, minutes, steps, threads, out, seed, temperature, top_k);
 namespace examples {
 
 /// A continuation of `prompt` through the KV cache, as text (prompt + new characters).

@@ -17,6 +17,7 @@
 
 #include "../core/atomic_file.hpp"
 #include "../core/text.hpp"
+#include "regular_file.hpp"
 
 namespace loom::hf {
 
@@ -36,16 +37,9 @@ bool exists(const std::string& path) {
 // A whole file of at most max_json_bytes; throws io_error naming it.
 std::string read_json_file(const std::string& path) {
   const std::string where = in_quotes(path) + ": ";
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) throw io_error("cannot open " + in_quotes(path) + ": " + std::strerror(errno));
-  struct closer {
-    int fd;
-    ~closer() { ::close(fd); }
-  } close_at_exit{fd};
-  struct stat st {};
-  if (::fstat(fd, &st) != 0) throw io_error(where + "cannot stat: " + std::strerror(errno));
-  if (!S_ISREG(st.st_mode)) throw io_error(where + "not a regular file");
-  const auto size = static_cast<std::uint64_t>(st.st_size);
+  const regular_file file(path, "");
+  const int fd = file.fd();
+  const std::uint64_t size = file.size();
   if (size > max_json_bytes)
     throw io_error(where + "has " + std::to_string(size) + " bytes, more than the limit of " +
                    std::to_string(max_json_bytes));

@@ -19,6 +19,7 @@
 
 #include "loom/io/safetensors.hpp"
 #include "../core/text.hpp"
+#include "regular_file.hpp"
 
 namespace loom {
 
@@ -344,16 +345,9 @@ void check_tiling(std::deque<placement>& placements, std::uint64_t data_size, co
 
 tensor_file read_safetensors(const std::string& path) {
   const std::string where = "safetensors: " + in_quotes(path) + ": ";
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) throw io_error("safetensors: cannot open " + in_quotes(path) + ": " + std::strerror(errno));
-  struct closer {
-    int fd;
-    ~closer() { ::close(fd); }
-  } close_at_exit{fd};
-  struct stat st {};
-  if (::fstat(fd, &st) != 0) throw io_error(where + "cannot stat: " + std::strerror(errno));
-  if (!S_ISREG(st.st_mode)) throw io_error("safetensors: " + in_quotes(path) + " is not a regular file");
-  const auto file_size = static_cast<std::uint64_t>(st.st_size);
+  const regular_file file(path, "safetensors: ");
+  const int fd = file.fd();
+  const std::uint64_t file_size = file.size();
 
   std::uint64_t header_size = 0;
   if (file_size < 8 || !read_at(fd, &header_size, 8, 0, where))

@@ -14,22 +14,15 @@
 #include <limits>
 
 #include "io_test_support.hpp"
+#include "test_support.hpp"
 #include "loom/io/hf_checkpoint.hpp"
 
 using namespace loom;
+using test::message_of;
 using test::scratch_dir;
 
 namespace {
 
-template <class Fn>
-std::string message_of(Fn&& fn) {
-  try {
-    fn();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "(no exception)";
-}
 
 float from_bits(std::uint32_t u) { return std::bit_cast<float>(u); }
 std::uint32_t bits_of(float f) { return std::bit_cast<std::uint32_t>(f); }
