@@ -77,16 +77,7 @@ int main(int argc, char** argv) {
     adam<float> opt(params, {.lr = 3e-3});
     opt.set_schedule(warmup_cosine(3e-3, s.steps / 20, s.steps, 1e-4));
     trainer<float> tr(run, params, opt, {.total_steps = s.steps, .clip_norm = 1.0, .csv_path = out + "/loss.csv"});
-    auto validation_loss = [&] {
-      double total = 0;
-      const std::int64_t batches = std::min<std::int64_t>(8, valid.windows() / 32);
-      for (std::int64_t b = 0; b < batches; ++b) {
-        auto batch = valid.consecutive(b * 32, 32);
-        eval.forward({{"tokens", batch.tokens}, {"target", batch.target}});
-        total += eval.output()[0];
-      }
-      return total / static_cast<double>(batches);
-    };
+    auto validation_loss = [&] { return examples::validation_loss(eval, valid); };
     const double initial = validation_loss();
     std::printf("validation loss before training: %.3f nats/character\n", initial);
     for (long n = 1; n <= s.steps; ++n) {

@@ -1,13 +1,15 @@
-// What the character-level language-model examples (charlm, llama) share: their settings and
-// sampling through the KV cache.
+// What the character-level language-model examples (charlm, llama) share: their settings, the
+// validation loss and sampling through the KV cache.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
 
 #include "cli.hpp"
 #include "loom/data/vocab.hpp"
+#include "loom/data/windows.hpp"
 #include "loom/graph/executor.hpp"
 #include "loom/nn/generate.hpp"
 #include "loom/nn/kv_cache.hpp"
@@ -31,6 +33,19 @@ struct lm_settings {
 }  // namespace examples
 BOOST_HANA_ADAPT_STRUCT(examples::lm_settings, minutes, steps, threads, out, seed, temperature, top_k);
 namespace examples {
+
+/// The mean loss of `eval` (a loss graph with inputs "tokens" and "target", run for inference)
+/// over the first 8 batches of 32 windows of `valid` (fewer if it has fewer).
+inline double validation_loss(loom::executor<float>& eval, const loom::window_batcher& valid) {
+  double total = 0;
+  const std::int64_t batches = std::min<std::int64_t>(8, valid.windows() / 32);
+  for (std::int64_t b = 0; b < batches; ++b) {
+    auto batch = valid.consecutive(b * 32, 32);
+    eval.forward({{"tokens", batch.tokens}, {"target", batch.target}});
+    total += eval.output()[0];
+  }
+  return total / static_cast<double>(batches);
+}
 
 /// A continuation of `prompt` through the KV cache, as text (prompt + new characters).
 inline std::string sample(loom::executor<float>& step, loom::nn::kv_cache<float>& cache, const loom::vocab& chars,
