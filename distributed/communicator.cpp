@@ -216,31 +216,32 @@ MPI_Comm init_world(int& argc, char**& argv) {
 
 }  // namespace
 
-namespace {
-/// Whether every rank of `c` comes here within `seconds`; waits without spinning.
-bool all_arrive(const communicator& c, double seconds) {
-  MPI_Request r;
-  if (MPI_Ibarrier(c.mpi().comm, &r) != MPI_SUCCESS) return false;
-  const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
-  for (int done = 0;;) {
-    if (MPI_Test(&r, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) return false;
-    if (done) return true;
-    if (std::chrono::steady_clock::now() > end) return false;  // the request stays: the job ends
-    std::this_thread::sleep_for(std::chrono::milliseconds(2));
-  }
-}
-}  // namespace
-
 session::session(int& argc, char**& argv)
     : world_(std::make_shared<communicator::state>(init_world(argc, argv))), uncaught_(std::uncaught_exceptions()) {}
 
 session::~session() {
   // others may be waiting for this rank, or this rank for a lost one: MPI_Finalize would wait
   if (std::uncaught_exceptions() > uncaught_ || detail::job_failed()) abort_job(1);
-  // wait for the others without spinning (MPI_Finalize polls at full speed while it waits)
-  all_arrive(world_, std::numeric_limits<double>::infinity());
+  if (!ended_) end(0, std::numeric_limits<double>::infinity());
   world_ = communicator(nullptr);  // frees the communicator first
   MPI_Finalize();
+}
+
+// Every rank ends through here once, with its status (one all-gather over the world: the ranks
+// that failed and those that did not meet in the same collective). Waits without spinning —
+// MPI_Finalize polls at full speed while it waits for the others.
+bool session::end(int status, double seconds) {
+  ended_ = true;
+  std::vector<int> all(static_cast<std::size_t>(world_.size()));
+  MPI_Request r;
+  if (MPI_Iallgather(&status, 1, MPI_INT, all.data(), 1, MPI_INT, world_.mpi().comm, &r) != MPI_SUCCESS) return false;
+  const auto stop = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  for (int done = 0;;) {
+    if (MPI_Test(&r, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) return false;
+    if (done) return true;
+    if (std::chrono::steady_clock::now() > stop) return false;  // the request stays: the job ends
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
 }
 
 void abort_job(int code, std::string_view message) {
@@ -272,10 +273,13 @@ int run(int& argc, char**& argv, const std::function<int(communicator&)>& body) 
   } catch (const std::exception& e) {
     abort_job(1, e.what());
   }
-  // A rank that gave up may leave the others waiting for it: unless every rank gave up at the
-  // same point (a bad setting each of them found), end them all, whatever the body did with
-  // the error it met (printed it, caught it, or only returned non-zero).
-  if (status != 0 && (detail::job_failed() || !all_arrive(s.world(), 2.0))) abort_job(status);
+  // A rank that gave up may leave the others waiting for it: unless every rank comes to its end
+  // within 2 s (all gave up at the same point, say a bad setting each found, or the others had
+  // finished), end them all, whatever the body did with the error it met (printed it, caught
+  // it, or only returned non-zero). A rank that succeeded waits for the others as long as they
+  // work (rank 0 evaluating, say).
+  if (status != 0 && detail::job_failed()) abort_job(status);
+  if (!s.end(status, status != 0 ? 2.0 : std::numeric_limits<double>::infinity())) abort_job(status);
   return status;
 }
 

@@ -2,10 +2,13 @@
 // its checkpoints.
 //
 //   mpirun -np 2 dist_train --out DIR [--steps N] [--checkpoint-every C] [--timeout S]
+//                           [--fail-rank R --fail-status S]
 //                           [--die-at-step K --die-rank R | --hang-at-step K --hang-rank R]
 //       trains the tiny model of dist_support.hpp; rank 0 writes DIR/checkpoint.safetensors every
 //       C steps. With --die-at-step, rank R kills itself (SIGKILL) when step K begins, while the
-//       others go into step K; with --hang-at-step it stops answering instead (sleeps).
+//       others go into step K; with --hang-at-step it stops answering instead (sleeps). With
+//       --fail-rank R --fail-status S, the body of rank R (of every rank when R is -1) returns S
+//       after training instead of 0.
 //   dist_train --verify FILE --expect-step K
 //       (no MPI) loads FILE and exits 0 if it holds step K of an uninterrupted run, bit for bit:
 //       the same parameters and optimizer state as one process accumulating the same micro-batches.
@@ -29,6 +32,7 @@ struct options {
   long die_at = -1, hang_at = -1;
   int die_rank = -1, hang_rank = -1;
   double timeout = 30;
+  int fail_rank = -2, fail_status = 0;  // --fail-rank R --fail-status S: rank R (-1: all) returns S
 };
 
 options parse(int argc, char** argv) {
@@ -55,6 +59,10 @@ options parse(int argc, char** argv) {
       o.hang_rank = std::stoi(argv[++i]);
     else if (arg("--timeout"))
       o.timeout = std::stod(argv[++i]);
+    else if (arg("--fail-rank"))
+      o.fail_rank = std::stoi(argv[++i]);
+    else if (arg("--fail-status"))
+      o.fail_status = std::stoi(argv[++i]);
     else {
       std::fprintf(stderr, "dist_train: unknown argument %s (see the comment at the top of dist_train.cpp)\n", argv[i]);
       std::exit(2);
@@ -124,6 +132,10 @@ int main(int argc, char** argv) {
     };
     train(&world, params, *opt, 0, o.steps, s, after_step);
     if (me == 0) std::printf("trained %ld steps\n", step);
+    if (o.fail_rank == -1 || o.fail_rank == me) {
+      std::fprintf(stderr, "dist_train: rank %d returns %d\n", me, o.fail_status);
+      return o.fail_status;
+    }
     return 0;
   });
 }

@@ -104,8 +104,13 @@ class session {
   communicator& world() { return world_; }
 
  private:
+  friend int run(int& argc, char**& argv, const std::function<int(communicator&)>& body);
+  // This rank's end, with its status: waits for every rank's, at most `seconds`; false when
+  // they did not all come (the job must then be aborted).
+  bool end(int status, double seconds);
   communicator world_;
   int uncaught_ = 0;
+  bool ended_ = false;
 };
 
 /// Ends every rank of the job now with `code` (MPI_Abort), after printing `message` (if any) on
