@@ -13,11 +13,9 @@
 #include <condition_variable>
 #include <cstdio>
 #include <exception>
-#include <limits>
 #include <mutex>
 #include <numeric>
 #include <thread>
-#include <type_traits>
 
 #include <time.h>
 
