@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "loom/core/compiled_kernels.hpp"
 #include "loom/core/kernel.hpp"
 #include "loom/ops/activation.hpp"
 #include "loom/core/parallel.hpp"
@@ -27,14 +28,14 @@ void each(std::int64_t n, F f) {
 }  // namespace
 
 template <class T>
-void relu_op::forward(const op_args<T>& a) {
+void forward_kernel(relu_op, const op_args<T>& a) {
   const T* x = a.input(0);
   T* y = a.out;
   each(a.out_dims.size(), [&](std::int64_t i) { y[i] = std::max(x[i], T(0)); });
 }
 
 template <class T>
-void relu_op::backward(const op_args<T>& a) {
+void backward_kernel(relu_op, const op_args<T>& a) {
   T* dx = a.grad(0);
   if (!dx) return;
   const T* y = a.out;  // y > 0 exactly where x > 0: the input need not be kept for backward
@@ -48,14 +49,14 @@ void relu_op::backward(const op_args<T>& a) {
 }
 
 template <class T>
-void gelu_op::forward(const op_args<T>& a) {
+void forward_kernel(gelu_op, const op_args<T>& a) {
   const T* x = a.input(0);
   T* y = a.out;
   each(a.out_dims.size(), [&](std::int64_t i) { y[i] = x[i] * T(0.5) * (T(1) + std::erf(x[i] * T(inv_sqrt2))); });
 }
 
 template <class T>
-void gelu_op::backward(const op_args<T>& a) {
+void backward_kernel(gelu_op, const op_args<T>& a) {
   T* dx = a.grad(0);
   if (!dx) return;
   const T* x = a.input(0);
@@ -67,13 +68,7 @@ void gelu_op::backward(const op_args<T>& a) {
   });
 }
 
-template void relu_op::forward(const op_args<float>&);
-template void relu_op::forward(const op_args<double>&);
-template void relu_op::backward(const op_args<float>&);
-template void relu_op::backward(const op_args<double>&);
-template void gelu_op::forward(const op_args<float>&);
-template void gelu_op::forward(const op_args<double>&);
-template void gelu_op::backward(const op_args<float>&);
-template void gelu_op::backward(const op_args<double>&);
+template struct compiled_kernels<relu_op>;
+template struct compiled_kernels<gelu_op>;
 
 }  // namespace loom

@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "broadcast.hpp"
+#include "loom/core/compiled_kernels.hpp"
 #include "loom/core/kernel.hpp"
 #include "loom/ops/add.hpp"
 #include "loom/core/parallel.hpp"
@@ -14,7 +15,7 @@ namespace loom {
 using namespace ops;  // the kernels' helpers
 
 template <class T>
-void add_op::forward(const op_args<T>& a) {
+void forward_kernel(add_op, const op_args<T>& a) {
   const T* x = a.input(0);
   const T* b = a.input(1);
   T* y = a.out;
@@ -22,7 +23,7 @@ void add_op::forward(const op_args<T>& a) {
 }
 
 template <class T>
-void add_op::backward(const op_args<T>& a) {
+void backward_kernel(add_op, const op_args<T>& a) {
   const T* dy = a.dout;
   const broadcast_layout l(a.out_dims, a.in_dims[0], a.in_dims[1]);
   // add(x, x) passes one gradient buffer twice: the two sums run one after the other
@@ -38,7 +39,7 @@ void add_op::backward(const op_args<T>& a) {
 }
 
 template <class T>
-void sum_op::forward(const op_args<T>& a) {
+void forward_kernel(sum_op, const op_args<T>& a) {
   const std::int64_t n = a.in_dims[0].size();
   const T* x = a.input(0);
   T total = 0;
@@ -47,7 +48,7 @@ void sum_op::forward(const op_args<T>& a) {
 }
 
 template <class T>
-void sum_op::backward(const op_args<T>& a) {
+void backward_kernel(sum_op, const op_args<T>& a) {
   T* dx = a.grad(0);
   if (!dx) return;
   const T g = a.dout[0];
@@ -57,13 +58,7 @@ void sum_op::backward(const op_args<T>& a) {
   });
 }
 
-template void add_op::forward(const op_args<float>&);
-template void add_op::forward(const op_args<double>&);
-template void add_op::backward(const op_args<float>&);
-template void add_op::backward(const op_args<double>&);
-template void sum_op::forward(const op_args<float>&);
-template void sum_op::forward(const op_args<double>&);
-template void sum_op::backward(const op_args<float>&);
-template void sum_op::backward(const op_args<double>&);
+template struct compiled_kernels<add_op>;
+template struct compiled_kernels<sum_op>;
 
 }  // namespace loom

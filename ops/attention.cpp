@@ -30,6 +30,7 @@
 #include "blas.hpp"
 #include "dropout_mask.hpp"
 #include "fused_attention.hpp"
+#include "loom/core/compiled_kernels.hpp"
 #include "loom/core/errors.hpp"
 #include "loom/core/parallel.hpp"
 #include "mask_strides.hpp"
@@ -48,7 +49,7 @@ std::int64_t attention_saved(const void* params, const dims_t&, std::span<const 
 }
 
 template <class T>
-void attention_op::forward(const op_args<T>& a) {
+void forward_kernel(attention_op, const op_args<T>& a) {
   const problem<T> pr(a);
   if (small_path(pr)) {  // blocks of `lanes` rows, chunks of about 2^16 multiply-adds
     const std::int64_t blocks = (pr.rows + lanes - 1) / lanes;
@@ -71,7 +72,7 @@ void attention_op::forward(const op_args<T>& a) {
 }
 
 template <class T>
-void attention_op::backward(const op_args<T>& a) {
+void backward_kernel(attention_op, const op_args<T>& a) {
   const problem<T> pr(a);
   const auto& p = *pr.p;
   const operand<const T> dout = pr.entries(a.dout, apply_view(p.out, a.out_dims));
@@ -133,9 +134,6 @@ void attention_op::backward(const op_args<T>& a) {
   });
 }
 
-template void attention_op::forward(const op_args<float>&);
-template void attention_op::forward(const op_args<double>&);
-template void attention_op::backward(const op_args<float>&);
-template void attention_op::backward(const op_args<double>&);
-
 }  // namespace loom::ops
+
+template struct loom::compiled_kernels<loom::ops::attention_op>;

@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "broadcast.hpp"
+#include "loom/core/compiled_kernels.hpp"
 #include "loom/core/kernel.hpp"
 #include "loom/core/parallel.hpp"
 #include "loom/ops/binary.hpp"
@@ -53,14 +54,14 @@ void extremum_backward(const op_args<T>& a) {
 }  // namespace
 
 template <class T>
-void sub_op::forward(const op_args<T>& a) {
+void forward_kernel(sub_op, const op_args<T>& a) {
   broadcast_layout(a.out_dims, a.in_dims[0], a.in_dims[1]).elementwise(a.input(0), a.input(1), a.out, [](T u, T v) {
     return u - v;
   });
 }
 
 template <class T>
-void sub_op::backward(const op_args<T>& a) {
+void backward_kernel(sub_op, const op_args<T>& a) {
   const T* dy = a.dout;
   const broadcast_layout l(a.out_dims, a.in_dims[0], a.in_dims[1]);
   // da may be dy's own buffer (backward in place): then it is dy already, and db reads dy
@@ -75,14 +76,14 @@ void sub_op::backward(const op_args<T>& a) {
 }
 
 template <class T>
-void div_op::forward(const op_args<T>& a) {
+void forward_kernel(div_op, const op_args<T>& a) {
   broadcast_layout(a.out_dims, a.in_dims[0], a.in_dims[1]).elementwise(a.input(0), a.input(1), a.out, [](T u, T v) {
     return u / v;
   });
 }
 
 template <class T>
-void div_op::backward(const op_args<T>& a) {
+void backward_kernel(div_op, const op_args<T>& a) {
   const T* x = a.input(0);  // the numerator
   const T* b = a.input(1);  // the denominator
   const T* dy = a.dout;
@@ -95,37 +96,25 @@ void div_op::backward(const op_args<T>& a) {
 }
 
 template <class T>
-void maximum_op::forward(const op_args<T>& a) {
+void forward_kernel(maximum_op, const op_args<T>& a) {
   extremum_forward<false>(a);
 }
 template <class T>
-void maximum_op::backward(const op_args<T>& a) {
+void backward_kernel(maximum_op, const op_args<T>& a) {
   extremum_backward<false>(a);
 }
 template <class T>
-void minimum_op::forward(const op_args<T>& a) {
+void forward_kernel(minimum_op, const op_args<T>& a) {
   extremum_forward<true>(a);
 }
 template <class T>
-void minimum_op::backward(const op_args<T>& a) {
+void backward_kernel(minimum_op, const op_args<T>& a) {
   extremum_backward<true>(a);
 }
 
-template void sub_op::forward(const op_args<float>&);
-template void sub_op::forward(const op_args<double>&);
-template void sub_op::backward(const op_args<float>&);
-template void sub_op::backward(const op_args<double>&);
-template void div_op::forward(const op_args<float>&);
-template void div_op::forward(const op_args<double>&);
-template void div_op::backward(const op_args<float>&);
-template void div_op::backward(const op_args<double>&);
-template void maximum_op::forward(const op_args<float>&);
-template void maximum_op::forward(const op_args<double>&);
-template void maximum_op::backward(const op_args<float>&);
-template void maximum_op::backward(const op_args<double>&);
-template void minimum_op::forward(const op_args<float>&);
-template void minimum_op::forward(const op_args<double>&);
-template void minimum_op::backward(const op_args<float>&);
-template void minimum_op::backward(const op_args<double>&);
+template struct compiled_kernels<sub_op>;
+template struct compiled_kernels<div_op>;
+template struct compiled_kernels<maximum_op>;
+template struct compiled_kernels<minimum_op>;
 
 }  // namespace loom

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <string>
 
+#include "loom/core/compiled_kernels.hpp"
 #include "loom/core/kernel.hpp"
 #include "loom/ops/concat.hpp"
 #include "loom/core/errors.hpp"
@@ -14,7 +15,7 @@ namespace loom {
 using namespace ops;  // the kernels' helpers
 
 template <class T>
-void concat_def::forward(const op_args<T>& a) {
+void forward_kernel(concat_def, const op_args<T>& a) {
   const int axis = static_cast<int>(a.template attrs<concat_attrs>().axis);
   const dims_t& od = a.out_dims;
   const std::int64_t outer = od.prod(0, axis), inner = od.prod(axis + 1, od.rank);
@@ -44,7 +45,7 @@ void concat_def::forward(const op_args<T>& a) {
 }
 
 template <class T>
-void concat_def::backward(const op_args<T>& a) {
+void backward_kernel(concat_def, const op_args<T>& a) {
   const int axis = static_cast<int>(a.template attrs<concat_attrs>().axis);
   const dims_t& od = a.out_dims;
   const std::int64_t outer = od.prod(0, axis), inner = od.prod(axis + 1, od.rank);
@@ -77,7 +78,7 @@ void slice_def::check(const op_args<T>& a) {
 }
 
 template <class T>
-void slice_def::forward(const op_args<T>& a) {
+void forward_kernel(slice_def, const op_args<T>& a) {
   const int axis = static_cast<int>(a.template attrs<slice_attrs>().axis);
   const dims_t& xd = a.in_dims[0];
   const std::int64_t outer = xd.prod(0, axis), inner = xd.prod(axis + 1, xd.rank);
@@ -91,7 +92,7 @@ void slice_def::forward(const op_args<T>& a) {
 }
 
 template <class T>
-void slice_def::backward(const op_args<T>& a) {
+void backward_kernel(slice_def, const op_args<T>& a) {
   T* dx = a.grad(0);
   if (!dx) return;
   const int axis = static_cast<int>(a.template attrs<slice_attrs>().axis);
@@ -108,14 +109,8 @@ void slice_def::backward(const op_args<T>& a) {
   });
 }
 
-template void concat_def::forward(const op_args<float>&);
-template void concat_def::forward(const op_args<double>&);
-template void concat_def::backward(const op_args<float>&);
-template void concat_def::backward(const op_args<double>&);
-template void slice_def::forward(const op_args<float>&);
-template void slice_def::forward(const op_args<double>&);
-template void slice_def::backward(const op_args<float>&);
-template void slice_def::backward(const op_args<double>&);
+template struct compiled_kernels<concat_def>;
+template struct compiled_kernels<slice_def>;
 template void slice_def::check(const op_args<float>&);
 template void slice_def::check(const op_args<double>&);
 

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "index_text.hpp"
+#include "loom/core/compiled_kernels.hpp"
 #include "loom/core/kernel.hpp"
 #include "loom/ops/cross_entropy.hpp"
 #include "loom/core/errors.hpp"
@@ -76,7 +77,7 @@ LOOM_VECTOR_CLONES void backward_row(const T* xr, T* dxr, std::int64_t v, std::i
 }  // namespace
 
 template <class T>
-void cross_entropy_def::forward(const op_args<T>& a) {
+void forward_kernel(cross_entropy_def, const op_args<T>& a) {
   const operands<T> o(a);
   const auto [v, rows, ignore, eps, x, target, count] = o;
   std::vector<double> loss(static_cast<std::size_t>(rows), 0.0);
@@ -100,7 +101,7 @@ void cross_entropy_def::forward(const op_args<T>& a) {
 }
 
 template <class T>
-void cross_entropy_def::backward(const op_args<T>& a) {
+void backward_kernel(cross_entropy_def, const op_args<T>& a) {
   T* dx = a.grad(0);
   if (!dx) return;
   const operands<T> o(a);
@@ -127,9 +128,6 @@ void cross_entropy_def::backward(const op_args<T>& a) {
   });
 }
 
-template void cross_entropy_def::forward(const op_args<float>&);
-template void cross_entropy_def::forward(const op_args<double>&);
-template void cross_entropy_def::backward(const op_args<float>&);
-template void cross_entropy_def::backward(const op_args<double>&);
+template struct compiled_kernels<cross_entropy_def>;
 
 }  // namespace loom

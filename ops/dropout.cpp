@@ -7,6 +7,7 @@
 //   key = mix(mix(seed[0] · 2³² + seed[1]) ^ the node's structural hash).
 
 #include "dropout_mask.hpp"
+#include "loom/core/compiled_kernels.hpp"
 #include "loom/core/kernel.hpp"
 #include "loom/ops/dropout.hpp"
 #include "loom/core/parallel.hpp"
@@ -18,7 +19,7 @@ using namespace dropout_detail;
 constexpr std::int64_t elementwise_grain = 1 << 14;
 
 template <class T>
-void dropout_def::forward(const op_args<T>& a) {
+void forward_kernel(dropout_def, const op_args<T>& a) {
   const std::int64_t n = a.out_dims.size();
   const T* x = a.input(0);
   T* y = a.out;
@@ -37,7 +38,7 @@ void dropout_def::forward(const op_args<T>& a) {
 }
 
 template <class T>
-void dropout_def::backward(const op_args<T>& a) {
+void backward_kernel(dropout_def, const op_args<T>& a) {
   T* dx = a.grad(0);
   if (!dx) return;
   const std::int64_t n = a.out_dims.size();
@@ -57,9 +58,6 @@ void dropout_def::backward(const op_args<T>& a) {
   });
 }
 
-template void dropout_def::forward(const op_args<float>&);
-template void dropout_def::forward(const op_args<double>&);
-template void dropout_def::backward(const op_args<float>&);
-template void dropout_def::backward(const op_args<double>&);
+template struct compiled_kernels<dropout_def>;
 
 }  // namespace loom

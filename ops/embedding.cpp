@@ -7,6 +7,7 @@
 #include <string>
 
 #include "index_text.hpp"
+#include "loom/core/compiled_kernels.hpp"
 #include "loom/core/kernel.hpp"
 #include "loom/ops/embedding.hpp"
 #include "loom/core/errors.hpp"
@@ -28,7 +29,7 @@ void check_tokens(const std::int32_t* tok, const dims_t& tok_dims, std::int64_t 
 }  // namespace
 
 template <class T>
-void embedding_op::forward(const op_args<T>& a) {
+void forward_kernel(embedding_op, const op_args<T>& a) {
   const std::int64_t vocab = a.in_dims[1][0], d = a.in_dims[1][1];
   const std::int64_t n = a.in_dims[0].size();
   const std::int32_t* tok = a.template input<std::int32_t>(0);
@@ -44,7 +45,7 @@ void embedding_op::forward(const op_args<T>& a) {
 }
 
 template <class T>
-void embedding_op::backward(const op_args<T>& a) {
+void backward_kernel(embedding_op, const op_args<T>& a) {
   T* dw = a.grad(1);
   if (!dw) return;
   const std::int64_t vocab = a.in_dims[1][0], d = a.in_dims[1][1];
@@ -61,9 +62,6 @@ void embedding_op::backward(const op_args<T>& a) {
   });
 }
 
-template void embedding_op::forward(const op_args<float>&);
-template void embedding_op::forward(const op_args<double>&);
-template void embedding_op::backward(const op_args<float>&);
-template void embedding_op::backward(const op_args<double>&);
+template struct compiled_kernels<embedding_op>;
 
 }  // namespace loom

@@ -62,7 +62,7 @@ std::int64_t attention_saved(const void* params, const dims_t& out, std::span<co
 constexpr bool attention_reads_strided(const node_desc&, int) { return true; }
 
 /// The fused attention node (made by the attention fusion rule, ops/attention_fusion.cpp).
-struct attention_op : op_def<attention_op> {
+struct attention_op : op_def<attention_op>, compiled_kernels<attention_op> {
   static constexpr std::string_view name = "attention";
   static constexpr op_traits traits{
       .reads_strided = &attention_reads_strided,
@@ -71,10 +71,8 @@ struct attention_op : op_def<attention_op> {
       .saved_elements = &attention_saved,
       .fused = true,
   };
-  template <class T>
-  static void forward(const op_args<T>& a);  // ops/attention.cpp
-  template <class T>
-  static void backward(const op_args<T>& a);
 };
 
 }  // namespace loom::ops
+
+extern template struct loom::compiled_kernels<loom::ops::attention_op>;  // ops/attention.cpp

@@ -34,46 +34,39 @@ struct linear_kernels {
 /// gelu saves z for its backward; relu's backward needs a workspace for dz; both the node's size.
 std::int64_t linear_output_elements(const void* params, const dims_t& out, std::span<const dims_t> in);
 
-struct linear_op : op_def<linear_op>, linear_kernels {
-  static constexpr std::string_view name = "linear";
-  static constexpr op_traits traits{
-      .writes_fresh = true,
-      .backward_reads = reads({0, 1}),
-      .fused = true,
-  };
+/// What the four share: a fused node that writes its output fresh and whose backward reads x and w.
+inline constexpr op_traits linear_traits{.writes_fresh = true, .backward_reads = reads({0, 1}), .fused = true};
+
+/// linear_traits changed by f (an activation's or the residual's own needs).
+template <class F>
+constexpr op_traits linear_traits_and(F f) {
+  op_traits t = linear_traits;
+  f(t);
+  return t;
+}
+
+struct linear_op : op_def<linear_op, "linear", linear_traits>, linear_kernels {};
+
+struct linear_relu_op : op_def<linear_relu_op, "linear_relu">, linear_kernels {
+  // relu' comes from y; dz needs a workspace of the output's size
+  static constexpr op_traits traits = linear_traits_and([](op_traits& t) {
+    t.backward_reads_output = true;
+    t.scratch_elements = &linear_output_elements;
+  });
 };
 
-struct linear_relu_op : op_def<linear_relu_op>, linear_kernels {
-  static constexpr std::string_view name = "linear_relu";
-  static constexpr op_traits traits{
-      .writes_fresh = true,
-      .backward_reads = reads({0, 1}),
-      .backward_reads_output = true,
-      .scratch_elements = &linear_output_elements,
-      .fused = true,
-  };
+struct linear_gelu_op : op_def<linear_gelu_op, "linear_gelu">, linear_kernels {
+  // gelu' comes from z, which forward saves
+  static constexpr op_traits traits =
+      linear_traits_and([](op_traits& t) { t.saved_elements = &linear_output_elements; });
 };
 
-struct linear_gelu_op : op_def<linear_gelu_op>, linear_kernels {
-  static constexpr std::string_view name = "linear_gelu";
-  static constexpr op_traits traits{
-      .writes_fresh = true,
-      .backward_reads = reads({0, 1}),
-      .saved_elements = &linear_output_elements,
-      .fused = true,
-  };
-};
-
-struct linear_residual_op : op_def<linear_residual_op>, linear_kernels {
-  static constexpr std::string_view name = "linear_residual";
-  static constexpr op_traits traits{
-      .writes_fresh = true,
-      // dr = dy, written last: r's gradient may be dy's own buffer
-      .backward_in_place = true,
-      .backward_in_place_input = 3,
-      .backward_reads = reads({0, 1}),
-      .fused = true,
-  };
+struct linear_residual_op : op_def<linear_residual_op, "linear_residual">, linear_kernels {
+  // dr = dy, written last: r's gradient may be dy's own buffer
+  static constexpr op_traits traits = linear_traits_and([](op_traits& t) {
+    t.backward_in_place = true;
+    t.backward_in_place_input = 3;
+  });
 };
 
 }  // namespace loom::ops

@@ -11,8 +11,9 @@
 #include <cmath>
 #include <stdexcept>
 
+#include "loom/core/compiled_kernels.hpp"
 #include "loom/core/kernel.hpp"
-#include "loom/ops/layer_norm.hpp"
+#include "loom/ops/norm.hpp"
 #include "loom/core/parallel.hpp"
 #include "reduce.hpp"
 #include "vector_isa.hpp"
@@ -133,7 +134,7 @@ std::int64_t ops::layer_norm_scratch(const void*, const dims_t& out, std::span<c
 }
 
 template <class T>
-void layer_norm_def::forward(const op_args<T>& a) {
+void forward_kernel(layer_norm_def, const op_args<T>& a) {
   const std::int64_t d = a.out_dims[-1];
   const std::int64_t rows = d ? a.out_dims.size() / d : 0;
   if (rows == 0) return;
@@ -146,7 +147,7 @@ void layer_norm_def::forward(const op_args<T>& a) {
 }
 
 template <class T>
-void layer_norm_def::backward(const op_args<T>& a) {
+void backward_kernel(layer_norm_def, const op_args<T>& a) {
   T* dx = a.grad(0);
   T* dgamma = a.grad(1);
   T* dbeta = a.grad(2);
@@ -176,9 +177,6 @@ void layer_norm_def::backward(const op_args<T>& a) {
   add_chunk_partials(dbeta, a.fresh(2), partial + d, chunks, 4 * d, d);
 }
 
-template void layer_norm_def::forward(const op_args<float>&);
-template void layer_norm_def::forward(const op_args<double>&);
-template void layer_norm_def::backward(const op_args<float>&);
-template void layer_norm_def::backward(const op_args<double>&);
+template struct compiled_kernels<layer_norm_def>;
 
 }  // namespace loom

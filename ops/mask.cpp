@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "loom/core/compiled_kernels.hpp"
 #include "loom/core/kernel.hpp"
 #include "loom/ops/mask.hpp"
 #include "loom/core/errors.hpp"
@@ -157,41 +158,32 @@ void boolean(const op_args<T>& a, bool backward) {
 }  // namespace
 
 template <class T>
-void mask_causal_op::forward(const op_args<T>& a) {
+void forward_kernel(mask_causal_op, const op_args<T>& a) {
   causal(a, false);
 }
 template <class T>
-void mask_causal_op::backward(const op_args<T>& a) {
+void backward_kernel(mask_causal_op, const op_args<T>& a) {
   causal(a, true);
 }
 template <class T>
-void mask_padding_def::forward(const op_args<T>& a) {
+void forward_kernel(mask_padding_def, const op_args<T>& a) {
   padding(a, false);
 }
 template <class T>
-void mask_padding_def::backward(const op_args<T>& a) {
+void backward_kernel(mask_padding_def, const op_args<T>& a) {
   padding(a, true);
 }
 template <class T>
-void mask_bool_def::forward(const op_args<T>& a) {
+void forward_kernel(mask_bool_def, const op_args<T>& a) {
   boolean(a, false);
 }
 template <class T>
-void mask_bool_def::backward(const op_args<T>& a) {
+void backward_kernel(mask_bool_def, const op_args<T>& a) {
   boolean(a, true);
 }
 
-template void mask_causal_op::forward(const op_args<float>&);
-template void mask_causal_op::forward(const op_args<double>&);
-template void mask_causal_op::backward(const op_args<float>&);
-template void mask_causal_op::backward(const op_args<double>&);
-template void mask_padding_def::forward(const op_args<float>&);
-template void mask_padding_def::forward(const op_args<double>&);
-template void mask_padding_def::backward(const op_args<float>&);
-template void mask_padding_def::backward(const op_args<double>&);
-template void mask_bool_def::forward(const op_args<float>&);
-template void mask_bool_def::forward(const op_args<double>&);
-template void mask_bool_def::backward(const op_args<float>&);
-template void mask_bool_def::backward(const op_args<double>&);
+template struct compiled_kernels<mask_causal_op>;
+template struct compiled_kernels<mask_padding_def>;
+template struct compiled_kernels<mask_bool_def>;
 
 }  // namespace loom

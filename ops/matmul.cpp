@@ -11,6 +11,7 @@
 
 #include "blas.hpp"
 #include "gemm_chunks.hpp"
+#include "loom/core/compiled_kernels.hpp"
 #include "loom/core/kernel.hpp"
 #include "loom/ops/matmul.hpp"
 #include "loom/core/parallel.hpp"
@@ -165,7 +166,7 @@ void general_backward(const mm_dims& d, const op_args<T>& a) {
 }  // namespace
 
 template <class T>
-void matmul_def::forward(const op_args<T>& a) {
+void forward_kernel(matmul_def, const op_args<T>& a) {
   mm_dims d = dims_of(a);
   const T* A = a.input(0);
   const T* B = a.input(1);
@@ -181,7 +182,7 @@ void matmul_def::forward(const op_args<T>& a) {
 }
 
 template <class T>
-void matmul_def::backward(const op_args<T>& a) {
+void backward_kernel(matmul_def, const op_args<T>& a) {
   mm_dims d = dims_of(a);
   if (d.general) {
     general_backward<T>(d, a);
@@ -232,9 +233,6 @@ void matmul_def::backward(const op_args<T>& a) {
   }
 }
 
-template void matmul_def::forward(const op_args<float>&);
-template void matmul_def::forward(const op_args<double>&);
-template void matmul_def::backward(const op_args<float>&);
-template void matmul_def::backward(const op_args<double>&);
+template struct compiled_kernels<matmul_def>;
 
 }  // namespace loom

@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "broadcast.hpp"
+#include "loom/core/compiled_kernels.hpp"
 #include "loom/core/kernel.hpp"
 #include "loom/ops/mul.hpp"
 #include "loom/core/parallel.hpp"
@@ -13,7 +14,7 @@ namespace loom {
 using namespace ops;  // the kernels' helpers
 
 template <class T>
-void mul_op::forward(const op_args<T>& a) {
+void forward_kernel(mul_op, const op_args<T>& a) {
   const T* x = a.input(0);
   const T* b = a.input(1);
   T* y = a.out;
@@ -21,7 +22,7 @@ void mul_op::forward(const op_args<T>& a) {
 }
 
 template <class T>
-void mul_op::backward(const op_args<T>& a) {
+void backward_kernel(mul_op, const op_args<T>& a) {
   const T* x = a.input(0);
   const T* b = a.input(1);
   const T* dy = a.dout;
@@ -32,9 +33,6 @@ void mul_op::backward(const op_args<T>& a) {
   if (T* db = a.grad(1)) l.reduce_into(1, db, false, [&](std::int64_t o, std::int64_t ia) { return dy[o] * x[ia]; });
 }
 
-template void mul_op::forward(const op_args<float>&);
-template void mul_op::forward(const op_args<double>&);
-template void mul_op::backward(const op_args<float>&);
-template void mul_op::backward(const op_args<double>&);
+template struct compiled_kernels<mul_op>;
 
 }  // namespace loom

@@ -3,6 +3,7 @@
 //   backward: dx (+)= dy (nothing when the executor shares the two gradients)
 #include <algorithm>
 
+#include "loom/core/compiled_kernels.hpp"
 #include "loom/core/kernel.hpp"
 #include "loom/ops/named.hpp"
 #include "loom/core/parallel.hpp"
@@ -12,23 +13,20 @@ namespace loom {
 using namespace ops;  // the kernels' helpers
 
 template <class T>
-void named_def::forward(const op_args<T>& a) {
+void forward_kernel(named_def, const op_args<T>& a) {
   const T* x = a.input(0);
   if (a.out == x) return;  // a view of its input, as the executor places it
   std::copy(x, x + a.out_dims.size(), a.out);
 }
 
 template <class T>
-void named_def::backward(const op_args<T>& a) {
+void backward_kernel(named_def, const op_args<T>& a) {
   const T* dy = a.dout;
   T* dx = a.grad(0);
   if (!dx || dx == dy) return;
   pass_gradient(dy, dx, a.out_dims.size(), a.fresh(0));
 }
 
-template void named_def::forward(const op_args<float>&);
-template void named_def::forward(const op_args<double>&);
-template void named_def::backward(const op_args<float>&);
-template void named_def::backward(const op_args<double>&);
+template struct compiled_kernels<named_def>;
 
 }  // namespace loom

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "index_text.hpp"
+#include "loom/core/compiled_kernels.hpp"
 #include "loom/core/kernel.hpp"
 #include "loom/ops/positional_encoding.hpp"
 #include "loom/core/errors.hpp"
@@ -67,7 +68,7 @@ struct pe_rows {
 using positional_rows::pe_rows;
 
 template <class T>
-void positional_encoding_def::forward(const op_args<T>& a) {
+void forward_kernel(positional_encoding_def, const op_args<T>& a) {
   const std::int64_t d = a.out_dims[-1], t = a.out_dims[-2];
   const std::int64_t rows = d ? a.out_dims.size() / d : 0;
   const bool given = a.template attrs<positional_encoding_attrs>().with_positions;
@@ -100,16 +101,13 @@ void positional_encoding_def::forward(const op_args<T>& a) {
 }
 
 template <class T>
-void positional_encoding_def::backward(const op_args<T>& a) {
+void backward_kernel(positional_encoding_def, const op_args<T>& a) {
   T* dx = a.grad(0);
   if (!dx) return;
   const T* dy = a.dout;
   pass_gradient(dy, dx, a.out_dims.size(), a.fresh(0));
 }
 
-template void positional_encoding_def::forward(const op_args<float>&);
-template void positional_encoding_def::forward(const op_args<double>&);
-template void positional_encoding_def::backward(const op_args<float>&);
-template void positional_encoding_def::backward(const op_args<double>&);
+template struct compiled_kernels<positional_encoding_def>;
 
 }  // namespace loom

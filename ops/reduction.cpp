@@ -9,6 +9,7 @@
 #include <string>
 
 #include "loom/core/errors.hpp"
+#include "loom/core/compiled_kernels.hpp"
 #include "loom/core/kernel.hpp"
 #include "loom/core/parallel.hpp"
 #include "loom/ops/reduction.hpp"
@@ -106,19 +107,19 @@ bool replaces(T v, T m) {
 }  // namespace
 
 template <class T>
-void reduce_sum_def::forward(const op_args<T>& a) {
+void forward_kernel(reduce_sum_def, const op_args<T>& a) {
   sum_forward(a, false);
 }
 template <class T>
-void reduce_sum_def::backward(const op_args<T>& a) {
+void backward_kernel(reduce_sum_def, const op_args<T>& a) {
   sum_backward(a, false);
 }
 template <class T>
-void mean_def::forward(const op_args<T>& a) {
+void forward_kernel(mean_def, const op_args<T>& a) {
   sum_forward(a, true);
 }
 template <class T>
-void mean_def::backward(const op_args<T>& a) {
+void backward_kernel(mean_def, const op_args<T>& a) {
   sum_backward(a, true);
 }
 
@@ -131,7 +132,7 @@ void amax_def::check(const op_args<T>& a) {
 }
 
 template <class T>
-void amax_def::forward(const op_args<T>& a) {
+void forward_kernel(amax_def, const op_args<T>& a) {
   const reduced_layout l(a);
   const T* x = a.input(0);
   T* y = a.out;
@@ -147,7 +148,7 @@ void amax_def::forward(const op_args<T>& a) {
 }
 
 template <class T>
-void amax_def::backward(const op_args<T>& a) {
+void backward_kernel(amax_def, const op_args<T>& a) {
   T* dx = a.grad(0);
   if (!dx) return;
   const reduced_layout l(a);
@@ -179,19 +180,10 @@ void amax_def::backward(const op_args<T>& a) {
   });
 }
 
-template void reduce_sum_def::forward(const op_args<float>&);
-template void reduce_sum_def::forward(const op_args<double>&);
-template void reduce_sum_def::backward(const op_args<float>&);
-template void reduce_sum_def::backward(const op_args<double>&);
-template void mean_def::forward(const op_args<float>&);
-template void mean_def::forward(const op_args<double>&);
-template void mean_def::backward(const op_args<float>&);
-template void mean_def::backward(const op_args<double>&);
+template struct compiled_kernels<reduce_sum_def>;
+template struct compiled_kernels<mean_def>;
 template void amax_def::check(const op_args<float>&);
 template void amax_def::check(const op_args<double>&);
-template void amax_def::forward(const op_args<float>&);
-template void amax_def::forward(const op_args<double>&);
-template void amax_def::backward(const op_args<float>&);
-template void amax_def::backward(const op_args<double>&);
+template struct compiled_kernels<amax_def>;
 
 }  // namespace loom

@@ -3,6 +3,7 @@
 //   transpose: y[i_0, .., i_r] = x[j] with j_{P_k} = i_k;  dx += dy permuted back.
 #include <cstring>
 
+#include "loom/core/compiled_kernels.hpp"
 #include "loom/core/kernel.hpp"
 #include "loom/ops/reshape.hpp"
 #include "loom/core/parallel.hpp"
@@ -11,7 +12,7 @@ namespace loom {
 using namespace ops;  // the kernels' helpers
 
 template <class T>
-void reshape_def::forward(const op_args<T>& a) {
+void forward_kernel(reshape_def, const op_args<T>& a) {
   const std::int64_t n = a.out_dims.size();
   const T* x = a.input(0);
   if (a.out == x) return;  // the executor made this reshape a view of its input
@@ -21,7 +22,7 @@ void reshape_def::forward(const op_args<T>& a) {
 }
 
 template <class T>
-void reshape_def::backward(const op_args<T>& a) {
+void backward_kernel(reshape_def, const op_args<T>& a) {
   T* dx = a.grad(0);
   if (!dx) return;
   const T* dy = a.dout;
@@ -72,7 +73,7 @@ void for_each_row(const op_args<auto>& a, Fn&& fn) {
 }  // namespace
 
 template <class T>
-void transpose_def::forward(const op_args<T>& a) {
+void forward_kernel(transpose_def, const op_args<T>& a) {
   const T* x = a.input(0);
   T* y = a.out;
   for_each_row(a, [&](std::int64_t yo, std::int64_t xo, std::int64_t xs, std::int64_t len) {
@@ -81,7 +82,7 @@ void transpose_def::forward(const op_args<T>& a) {
 }
 
 template <class T>
-void transpose_def::backward(const op_args<T>& a) {
+void backward_kernel(transpose_def, const op_args<T>& a) {
   T* dx = a.grad(0);
   if (!dx) return;
   const T* dy = a.dout;
@@ -93,13 +94,7 @@ void transpose_def::backward(const op_args<T>& a) {
   });
 }
 
-template void reshape_def::forward(const op_args<float>&);
-template void reshape_def::forward(const op_args<double>&);
-template void reshape_def::backward(const op_args<float>&);
-template void reshape_def::backward(const op_args<double>&);
-template void transpose_def::forward(const op_args<float>&);
-template void transpose_def::forward(const op_args<double>&);
-template void transpose_def::backward(const op_args<float>&);
-template void transpose_def::backward(const op_args<double>&);
+template struct compiled_kernels<reshape_def>;
+template struct compiled_kernels<transpose_def>;
 
 }  // namespace loom

@@ -8,9 +8,10 @@
 #include <cmath>
 #include <stdexcept>
 
+#include "loom/core/compiled_kernels.hpp"
 #include "loom/core/kernel.hpp"
 #include "loom/core/parallel.hpp"
-#include "loom/ops/rms_norm.hpp"
+#include "loom/ops/norm.hpp"
 #include "reduce.hpp"
 #include "vector_isa.hpp"
 #include "vmath.hpp"
@@ -93,7 +94,7 @@ std::int64_t ops::rms_norm_scratch(const void*, const dims_t& out, std::span<con
   return (rows + grain - 1) / grain * d;  // the partial dw of each chunk
 }
 
-template <class T> void rms_norm_def::forward(const op_args<T>& a) {
+template <class T> void forward_kernel(rms_norm_def, const op_args<T>& a) {
   const std::int64_t d = a.out_dims[-1];
   const std::int64_t rows = d ? a.out_dims.size() / d : 0;
   if (rows == 0) return;
@@ -105,7 +106,7 @@ template <class T> void rms_norm_def::forward(const op_args<T>& a) {
   });
 }
 
-template <class T> void rms_norm_def::backward(const op_args<T>& a) {
+template <class T> void backward_kernel(rms_norm_def, const op_args<T>& a) {
   T* dx = a.grad(0);
   T* dw = a.grad(1);
   const std::int64_t d = a.out_dims[-1];
@@ -130,9 +131,6 @@ template <class T> void rms_norm_def::backward(const op_args<T>& a) {
   add_chunk_partials(dw, a.fresh(1), static_cast<const T*>(a.scratch), chunks, d, d);
 }
 
-template void rms_norm_def::forward(const op_args<float>&);
-template void rms_norm_def::forward(const op_args<double>&);
-template void rms_norm_def::backward(const op_args<float>&);
-template void rms_norm_def::backward(const op_args<double>&);
+template struct compiled_kernels<rms_norm_def>;
 
 }  // namespace loom

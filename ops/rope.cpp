@@ -11,6 +11,7 @@
 
 #include "index_text.hpp"
 #include "loom/core/errors.hpp"
+#include "loom/core/compiled_kernels.hpp"
 #include "loom/core/kernel.hpp"
 #include "loom/core/parallel.hpp"
 #include "loom/ops/rope.hpp"
@@ -95,7 +96,7 @@ template <class T> void rope_def::check(const op_args<T>& a) {
                       ": it must be even (dims are rotated in pairs)");
 }
 
-template <class T> void rope_def::forward(const op_args<T>& a) {
+template <class T> void forward_kernel(rope_def, const op_args<T>& a) {
   const std::int64_t dh = a.out_dims[-1];
   const bool given = a.template attrs<rope_attrs>().with_positions;
   const std::int64_t n_pos = positions_dims(a).size();
@@ -123,7 +124,7 @@ template <class T> void rope_def::forward(const op_args<T>& a) {
   rotate_all<false>(a, a.input(0), a.out, true);  // a.out may be x (in place)
 }
 
-template <class T> void rope_def::backward(const op_args<T>& a) {
+template <class T> void backward_kernel(rope_def, const op_args<T>& a) {
   T* dx = a.grad(0);
   if (!dx || a.out_dims.size() == 0) return;  // (an empty gradient has nothing to store)
   if (!a.saved) throw std::logic_error("rope: the executor gave no saved cos and sin to its backward");
@@ -132,9 +133,6 @@ template <class T> void rope_def::backward(const op_args<T>& a) {
 
 template void rope_def::check(const op_args<float>&);
 template void rope_def::check(const op_args<double>&);
-template void rope_def::forward(const op_args<float>&);
-template void rope_def::forward(const op_args<double>&);
-template void rope_def::backward(const op_args<float>&);
-template void rope_def::backward(const op_args<double>&);
+template struct compiled_kernels<rope_def>;
 
 }  // namespace loom

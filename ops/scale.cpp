@@ -1,4 +1,5 @@
 // scale kernels: y = c · x;  dx += c · dy.
+#include "loom/core/compiled_kernels.hpp"
 #include "loom/core/kernel.hpp"
 #include "loom/ops/scale.hpp"
 #include "loom/core/parallel.hpp"
@@ -7,7 +8,7 @@ namespace loom {
 using namespace ops;  // the kernels' helpers
 
 template <class T>
-void scale_def::forward(const op_args<T>& a) {
+void forward_kernel(scale_def, const op_args<T>& a) {
   const T c = static_cast<T>(a.template attrs<scale_attrs>().factor);
   const T* x = a.input(0);
   T* y = a.out;
@@ -17,7 +18,7 @@ void scale_def::forward(const op_args<T>& a) {
 }
 
 template <class T>
-void scale_def::backward(const op_args<T>& a) {
+void backward_kernel(scale_def, const op_args<T>& a) {
   T* dx = a.grad(0);
   if (!dx) return;
   const T c = static_cast<T>(a.template attrs<scale_attrs>().factor);
@@ -29,9 +30,6 @@ void scale_def::backward(const op_args<T>& a) {
   });
 }
 
-template void scale_def::forward(const op_args<float>&);
-template void scale_def::forward(const op_args<double>&);
-template void scale_def::backward(const op_args<float>&);
-template void scale_def::backward(const op_args<double>&);
+template struct compiled_kernels<scale_def>;
 
 }  // namespace loom

@@ -3,6 +3,7 @@
 //   backward: dx (+)= dy σ(x) (1 + x (1 − σ(x)))
 #include <cmath>
 
+#include "loom/core/compiled_kernels.hpp"
 #include "loom/core/kernel.hpp"
 #include "loom/ops/silu.hpp"
 #include "loom/core/parallel.hpp"
@@ -19,7 +20,7 @@ T sigmoid(T x) {
 }  // namespace
 
 template <class T>
-void silu_op::forward(const op_args<T>& a) {
+void forward_kernel(silu_op, const op_args<T>& a) {
   const T* x = a.input(0);
   T* y = a.out;
   for_chunks(a.out_dims.size(), elementwise_grain, [&](std::int64_t b, std::int64_t e) {
@@ -28,7 +29,7 @@ void silu_op::forward(const op_args<T>& a) {
 }
 
 template <class T>
-void silu_op::backward(const op_args<T>& a) {
+void backward_kernel(silu_op, const op_args<T>& a) {
   T* dx = a.grad(0);
   if (!dx) return;
   const T* x = a.input(0);
@@ -43,9 +44,6 @@ void silu_op::backward(const op_args<T>& a) {
   });
 }
 
-template void silu_op::forward(const op_args<float>&);
-template void silu_op::forward(const op_args<double>&);
-template void silu_op::backward(const op_args<float>&);
-template void silu_op::backward(const op_args<double>&);
+template struct compiled_kernels<silu_op>;
 
 }  // namespace loom

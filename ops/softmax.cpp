@@ -4,6 +4,7 @@
 // The row loops are in softmax_rows.hpp, compiled for the CPU's vector width.
 #include <type_traits>
 
+#include "loom/core/compiled_kernels.hpp"
 #include "loom/core/kernel.hpp"
 #include "loom/ops/softmax.hpp"
 #include "loom/core/parallel.hpp"
@@ -13,7 +14,7 @@ namespace loom {
 using namespace ops;  // the kernels' helpers
 
 template <class T>
-void softmax_op::forward(const op_args<T>& a) {
+void forward_kernel(softmax_op, const op_args<T>& a) {
   const std::int64_t n = a.out_dims[-1];
   const std::int64_t rows = n ? a.out_dims.size() / n : 0;
   const T* x = a.input(0);
@@ -24,7 +25,7 @@ void softmax_op::forward(const op_args<T>& a) {
 }
 
 template <class T>
-void softmax_op::backward(const op_args<T>& a) {
+void backward_kernel(softmax_op, const op_args<T>& a) {
   T* dx = a.grad(0);
   if (!dx) return;
   const std::int64_t n = a.out_dims[-1];
@@ -37,9 +38,6 @@ void softmax_op::backward(const op_args<T>& a) {
   });
 }
 
-template void softmax_op::forward(const op_args<float>&);
-template void softmax_op::forward(const op_args<double>&);
-template void softmax_op::backward(const op_args<float>&);
-template void softmax_op::backward(const op_args<double>&);
+template struct compiled_kernels<softmax_op>;
 
 }  // namespace loom

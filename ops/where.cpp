@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "broadcast.hpp"
+#include "loom/core/compiled_kernels.hpp"
 #include "loom/core/kernel.hpp"
 #include "loom/core/parallel.hpp"
 #include "loom/ops/where.hpp"
@@ -31,7 +32,7 @@ std::array<std::int64_t, max_rank> strides_over(const dims_t& d, int r) {
 }  // namespace
 
 template <class T>
-void where_op::forward(const op_args<T>& a) {
+void forward_kernel(where_op, const op_args<T>& a) {
   const dims_t& out = a.out_dims;
   const std::uint8_t* cond = a.template input<std::uint8_t>(0);
   const T* x = a.input(1);
@@ -63,7 +64,7 @@ void where_op::forward(const op_args<T>& a) {
 }
 
 template <class T>
-void where_op::backward(const op_args<T>& a) {
+void backward_kernel(where_op, const op_args<T>& a) {
   const std::uint8_t* cond = a.template input<std::uint8_t>(0);
   const T* dy = a.dout;
   // a and b (inputs 1 and 2) in turn, with cond as the other operand of the layout; where(c,
@@ -78,9 +79,6 @@ void where_op::backward(const op_args<T>& a) {
   }
 }
 
-template void where_op::forward(const op_args<float>&);
-template void where_op::forward(const op_args<double>&);
-template void where_op::backward(const op_args<float>&);
-template void where_op::backward(const op_args<double>&);
+template struct compiled_kernels<where_op>;
 
 }  // namespace loom

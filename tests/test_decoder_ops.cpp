@@ -1,6 +1,6 @@
 // The ops of Llama- and GPT-2-style decoders: rms_norm, rope (both layouts) and gelu_tanh.
 // Forward and backward against naive double implementations written here from the formulas
-// (include/loom/ops/rms_norm.hpp, rope.hpp, gelu_tanh.hpp), gradients against central finite
+// (include/loom/ops/norm.hpp, rope.hpp, gelu_tanh.hpp), gradients against central finite
 // differences (gradcheck, double), rope's decoding and layout identities, bad inputs, and the
 // same bits for any thread count.
 #include <catch2/catch.hpp>

@@ -10,15 +10,17 @@
 //   };
 //   inline constexpr op_fn<silu_op> silu{};                          // silu(x) builds the node
 //
-// The name and traits may instead be members of the struct (`static constexpr
-// std::string_view name = "silu";`, `static constexpr op_traits traits{...};`); traits that
-// hold a function's address (reads_strided, saved_elements, ...) must be the member, as GCC
-// does not take such a value as a template argument. A `template <class... S> struct rule {
-// using type = ...; };` member replaces the default rule (same_shape). An op with compile-time attributes is a template deriving from a plain
-// definition (which holds the name, traits and kernels, so its kernels are compiled once, not
-// per attribute value) and adds `static constexpr Attrs attrs{...}` and its rule: see
-// concat.hpp. The kernel interface (op_args, the parallel loops) is core/kernel.hpp; a
-// pointwise op is a scalar function and its derivative (ops/pointwise.hpp).
+// The name and traits may instead be members of the struct (`static constexpr std::string_view
+// name = "silu";`, `static constexpr op_traits traits{...};`); traits that hold a function's
+// address (reads_strided, saved_elements, ...) must be the member, as GCC does not take such a
+// value as a template argument. A `template <class... S> struct rule { using type = ...; };`
+// member replaces the default rule (same_shape). An op with compile-time attributes is a template
+// deriving from a plain definition (which holds the name, traits and kernels, so its kernels are
+// compiled once, not per attribute value) and adds `static constexpr Attrs attrs{...}` and its
+// rule (see concat.hpp), or, when the rule does not depend on the attributes, an alias of
+// attributed<Def, Attrs{...}> (see norm.hpp). The library's ops compile their kernels in their
+// .cpp through compiled_kernels<D> (below). The kernel interface (op_args, the parallel loops) is
+// core/kernel.hpp; a pointwise op is a scalar function and its derivative (ops/pointwise.hpp).
 // docs/extending.md walks through an example.
 #pragma once
 
@@ -234,6 +236,21 @@ struct same_shape {
   using type = S;
 };
 
+/// True when an input of rank R has at least N axes, as op Op needs. A failed check names all
+/// three: "has_axes<loom::softmax_op, 1, 0>" (softmax needs 1 axis, the input has 0).
+template <class Op, int N, int R>
+inline constexpr bool has_axes = R >= N;
+
+/// The rule of an op Op whose output has input 0's shape S and which needs N axes or more:
+/// `template <class S> using rule = axes_at_least<my_op, 2, S>;`.
+template <class Op, int N, class S>
+struct axes_at_least {
+  static_assert(has_axes<Op, N, S::rank>,
+                "the op needs more axes than its input has (the failed check names the op, the axes it needs and "
+                "the input's rank)");
+  using type = S;
+};
+
 /// The base of an op's declaration (see the top of this file): registers the op, names its
 /// definition (`def`, which node types use to find the entry) and holds what D leaves out:
 ///   name    Name ("silu"); empty when D declares `static constexpr std::string_view name`.
@@ -249,6 +266,34 @@ struct op_def {
   template <class... S>
   using rule = same_shape<S...>;
   static_assert(&detail::registration_of<D> == &detail::registration_of<D>);  // odr-use: registers D
+};
+
+/// The kernels of an op compiled once, in the .cpp that defines them, rather than in every
+/// translation unit that uses the op. The op's header declares
+///   struct my_op : op_def<my_op, "my_op">, compiled_kernels<my_op> {};
+///   extern template struct compiled_kernels<my_op>;  // my_op.cpp
+/// and my_op.cpp, after including loom/core/compiled_kernels.hpp, defines in my_op's namespace
+///   template <class T> void forward_kernel(my_op, const op_args<T>& a) { ... }
+///   template <class T> void backward_kernel(my_op, const op_args<T>& a) { ... }
+/// and instantiates them, for float and double, with `template struct compiled_kernels<my_op>;`.
+/// An op whose kernels are small defines forward and backward in its struct instead
+/// (docs/extending.md).
+template <class D>
+struct compiled_kernels {
+  static void forward(const op_args<float>& a);
+  static void forward(const op_args<double>& a);
+  static void backward(const op_args<float>& a);
+  static void backward(const op_args<double>& a);
+};
+
+/// An op with compile-time attributes whose rule does not depend on them: Def (its name, traits,
+/// kernels and rule, compiled once) with the attribute values A, which the node's descriptor
+/// stores and its kernels read (`a.attrs<decltype(A)>()`). A's type is a struct adapted for
+/// reflection (core/reflect.hpp): `template <bool Left> using mask_padding_op =
+/// attributed<mask_padding_def, mask_padding_attrs{Left}>;`.
+template <class Def, auto A>
+struct attributed : Def {
+  static constexpr decltype(A) attrs = A;
 };
 
 /// The entry of an op type: an op_def's (or that of the definition an attributed op derives from).

@@ -16,7 +16,7 @@
 #include "loom/ops/activation.hpp"
 #include "loom/ops/dropout.hpp"
 #include "loom/ops/embedding.hpp"
-#include "loom/ops/layer_norm.hpp"
+#include "loom/ops/norm.hpp"
 
 namespace loom::nn {
 

@@ -9,15 +9,12 @@
 
 namespace loom {
 
-struct relu_op : op_def<relu_op, "relu", in_place_traits_reading_output> {
-  template <class T> static void forward(const op_args<T>& a);  // ops/activation.cpp
-  template <class T> static void backward(const op_args<T>& a);
-};
+struct relu_op : op_def<relu_op, "relu", in_place_traits_reading_output>, compiled_kernels<relu_op> {};
+extern template struct compiled_kernels<relu_op>;  // ops/activation.cpp
 
-struct gelu_op : op_def<gelu_op, "gelu", op_traits{.can_run_in_place = true, .backward_reads = reads({0})}> {
-  template <class T> static void forward(const op_args<T>& a);  // ops/activation.cpp
-  template <class T> static void backward(const op_args<T>& a);
-};
+struct gelu_op : op_def<gelu_op, "gelu", op_traits{.can_run_in_place = true, .backward_reads = reads({0})}>,
+                 compiled_kernels<gelu_op> {};
+extern template struct compiled_kernels<gelu_op>;  // ops/activation.cpp
 
 /// max(x, 0), elementwise; shape unchanged.
 inline constexpr op_fn<relu_op> relu{};

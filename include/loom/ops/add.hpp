@@ -17,11 +17,10 @@ inline constexpr bool is_shape_suffix = [] {
   else return std::is_same_v<shape_tail<A, A::rank - B::rank>, B>;
 }();
 
-struct add_op : op_def<add_op, "add", in_place_traits> {
-  template <class T> static void forward(const op_args<T>& a);  // ops/add.cpp
-  template <class T> static void backward(const op_args<T>& a);
+struct add_op : op_def<add_op, "add", in_place_traits>, compiled_kernels<add_op> {
   template <class A, class B> using rule = broadcast_rule<add_op, A, B>;
 };
+extern template struct compiled_kernels<add_op>;  // ops/add.cpp
 
 /// a + b elementwise, the two broadcast together (NumPy's rule): [B, T, D] + [D], [B, H, T, S] +
 /// [B, 1, T, S]. Shapes that do not broadcast do not compile (the message names both).
@@ -44,11 +43,10 @@ constexpr auto operator+(A a, B b) {
   return detail::higher_rank_first(add, a, b);
 }
 
-struct sum_op : op_def<sum_op, "sum"> {
-  template <class T> static void forward(const op_args<T>& a);  // ops/add.cpp
-  template <class T> static void backward(const op_args<T>& a);
+struct sum_op : op_def<sum_op, "sum">, compiled_kernels<sum_op> {
   template <class S> struct rule { using type = shape<>; };
 };
+extern template struct compiled_kernels<sum_op>;  // ops/add.cpp
 
 /// The sum of every element: a scalar (shape<>), e.g. to make a loss for tests.
 inline constexpr op_fn<sum_op> sum{};

@@ -15,11 +15,10 @@
 
 namespace loom {
 
-struct sub_op : op_def<sub_op, "sub", in_place_traits> {
-  template <class T> static void forward(const op_args<T>& a);  // ops/binary.cpp
-  template <class T> static void backward(const op_args<T>& a);
+struct sub_op : op_def<sub_op, "sub", in_place_traits>, compiled_kernels<sub_op> {
   template <class A, class B> using rule = broadcast_rule<sub_op, A, B>;
 };
+extern template struct compiled_kernels<sub_op>;  // ops/binary.cpp
 
 namespace detail {
 /// The traits of div, maximum and minimum: forward may run in place, backward stores its
@@ -28,23 +27,22 @@ inline constexpr op_traits binary_traits_reading_operands{
     .writes_fresh = true, .can_run_in_place = true, .backward_reads = reads({0, 1})};
 }  // namespace detail
 
-struct div_op : op_def<div_op, "div", detail::binary_traits_reading_operands> {
-  template <class T> static void forward(const op_args<T>& a);  // ops/binary.cpp
-  template <class T> static void backward(const op_args<T>& a);
+struct div_op : op_def<div_op, "div", detail::binary_traits_reading_operands>, compiled_kernels<div_op> {
   template <class A, class B> using rule = broadcast_rule<div_op, A, B>;
 };
+extern template struct compiled_kernels<div_op>;  // ops/binary.cpp
 
-struct maximum_op : op_def<maximum_op, "maximum", detail::binary_traits_reading_operands> {
-  template <class T> static void forward(const op_args<T>& a);  // ops/binary.cpp
-  template <class T> static void backward(const op_args<T>& a);
+struct maximum_op : op_def<maximum_op, "maximum", detail::binary_traits_reading_operands>,
+                    compiled_kernels<maximum_op> {
   template <class A, class B> using rule = broadcast_rule<maximum_op, A, B>;
 };
+extern template struct compiled_kernels<maximum_op>;  // ops/binary.cpp
 
-struct minimum_op : op_def<minimum_op, "minimum", detail::binary_traits_reading_operands> {
-  template <class T> static void forward(const op_args<T>& a);  // ops/binary.cpp
-  template <class T> static void backward(const op_args<T>& a);
+struct minimum_op : op_def<minimum_op, "minimum", detail::binary_traits_reading_operands>,
+                    compiled_kernels<minimum_op> {
   template <class A, class B> using rule = broadcast_rule<minimum_op, A, B>;
 };
+extern template struct compiled_kernels<minimum_op>;  // ops/binary.cpp
 
 /// a − b elementwise, the two broadcast together (NumPy's rule); also `a - b` for nodes.
 /// Shapes that do not broadcast do not compile.

@@ -22,10 +22,9 @@ inline constexpr bool checkpoint_operands = (is_node<X> && ...);
 
 /// checkpoint(y, x...) has y's shape: op_def's default rule (input 0's shape).
 struct checkpoint_op
-    : op_def<checkpoint_op, "checkpoint", op_traits{.is_view = true, .writes_fresh = true, .bounds_recompute = true}> {
-  template <class T> static void forward(const op_args<T>& a);  // ops/checkpoint.cpp
-  template <class T> static void backward(const op_args<T>& a);
-};
+    : op_def<checkpoint_op, "checkpoint", op_traits{.is_view = true, .writes_fresh = true, .bounds_recompute = true}>,
+      compiled_kernels<checkpoint_op> {};
+extern template struct compiled_kernels<checkpoint_op>;  // ops/checkpoint.cpp
 
 /// y, marked as the output of a block whose inputs are x...: with exec_options::recompute the
 /// block's interior values are recomputed in backward instead of kept (see above).

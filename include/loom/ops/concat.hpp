@@ -48,9 +48,6 @@ inline constexpr bool concat_dims_match = detail::same_except_axis<Axis, First, 
 struct concat_attrs {
   long axis = 0;
 };
-}  // namespace loom
-BOOST_HANA_ADAPT_STRUCT(loom::concat_attrs, axis);
-namespace loom {
 
 /// concat reads operands whose matrices are spaced apart in place when it joins along one of
 /// the last two axes (a KV cache's blocks, read through feed::strided).
@@ -65,15 +62,14 @@ constexpr bool concat_appends_to_input(const node_desc& node) {
 }
 
 /// concat's declaration: name, traits and kernels (compiled once, whatever the attributes).
-struct concat_def : op_def<concat_def, "concat"> {
+struct concat_def : op_def<concat_def, "concat">, compiled_kernels<concat_def> {
   static constexpr op_traits traits{
       .reads_strided = &concat_reads_strided,
       .appends_to_input = &concat_appends_to_input,
       .writes_fresh = true,
   };
-  template <class T> static void forward(const op_args<T>& a);  // ops/concat.cpp
-  template <class T> static void backward(const op_args<T>& a);
 };
+extern template struct compiled_kernels<concat_def>;  // ops/concat.cpp
 
 template <int Axis>
 struct concat_op : concat_def {
@@ -109,16 +105,12 @@ struct slice_attrs {
   long axis = 0;
   dim_expr begin{}, size{};  // bound at run time (op_args::dattr)
 };
-}  // namespace loom
-BOOST_HANA_ADAPT_STRUCT(loom::slice_attrs, axis, begin, size);
-namespace loom {
 
 /// slice's declaration: name, traits and kernels (compiled once, whatever the attributes).
-struct slice_def : op_def<slice_def, "slice"> {
-  template <class T> static void forward(const op_args<T>& a);  // ops/concat.cpp
-  template <class T> static void backward(const op_args<T>& a);
+struct slice_def : op_def<slice_def, "slice">, compiled_kernels<slice_def> {
   template <class T> static void check(const op_args<T>& a);
 };
+extern template struct compiled_kernels<slice_def>;  // ops/concat.cpp
 
 template <int Axis, class Begin, class Size>
 struct slice_op : slice_def {
@@ -151,3 +143,7 @@ constexpr auto split(X x) {
 }
 
 }  // namespace loom
+
+// Reflection of the attributes (descriptor slots, structural hash, DOT label).
+BOOST_HANA_ADAPT_STRUCT(loom::concat_attrs, axis);
+BOOST_HANA_ADAPT_STRUCT(loom::slice_attrs, axis, begin, size);

@@ -26,16 +26,12 @@ struct cross_entropy_attrs {
   long ignore_index = -100;
   double label_smoothing = 0;
 };
-}  // namespace loom
-BOOST_HANA_ADAPT_STRUCT(loom::cross_entropy_attrs, ignore_index, label_smoothing);
-namespace loom {
 
 /// cross_entropy's declaration: name, traits and kernels (compiled once, whatever the attributes).
 struct cross_entropy_def
-    : op_def<cross_entropy_def, "cross_entropy", op_traits{.writes_fresh = true, .backward_reads = reads({0, 1})}> {
-  template <class T> static void forward(const op_args<T>& a);  // ops/cross_entropy.cpp
-  template <class T> static void backward(const op_args<T>& a);
-};
+    : op_def<cross_entropy_def, "cross_entropy", op_traits{.writes_fresh = true, .backward_reads = reads({0, 1})}>,
+      compiled_kernels<cross_entropy_def> {};
+extern template struct compiled_kernels<cross_entropy_def>;  // ops/cross_entropy.cpp
 
 template <long IgnoreIndex, double LabelSmoothing>
 struct cross_entropy_op : cross_entropy_def {
@@ -60,3 +56,6 @@ constexpr node<cross_entropy_op<IgnoreIndex, LabelSmoothing>, L, Tg> cross_entro
 }
 
 }  // namespace loom
+
+// Reflection of the attributes (descriptor slots, structural hash, DOT label).
+BOOST_HANA_ADAPT_STRUCT(loom::cross_entropy_attrs, ignore_index, label_smoothing);

@@ -9,7 +9,7 @@
 #include "loom/ops/cross_entropy.hpp"
 #include "loom/ops/dropout.hpp"
 #include "loom/ops/embedding.hpp"
-#include "loom/ops/layer_norm.hpp"
+#include "loom/ops/norm.hpp"
 #include "loom/ops/mask.hpp"
 #include "loom/ops/matmul.hpp"
 #include "loom/ops/mul.hpp"

@@ -27,15 +27,11 @@ inline constexpr bool is_dropout_seed = std::is_same_v<S, shape<fix<2>>>;
 struct dropout_attrs {
   double p = 0;  // probability of dropping an element
 };
-}  // namespace loom
-BOOST_HANA_ADAPT_STRUCT(loom::dropout_attrs, p);
-namespace loom {
 
 /// dropout's declaration: name, traits and kernels (compiled once, whatever the attributes).
-struct dropout_def : op_def<dropout_def, "dropout", op_traits{.can_run_in_place = true, .backward_reads = reads({1})}> {
-  template <class T> static void forward(const op_args<T>& a);  // ops/dropout.cpp
-  template <class T> static void backward(const op_args<T>& a);
-};
+struct dropout_def : op_def<dropout_def, "dropout", op_traits{.can_run_in_place = true, .backward_reads = reads({1})}>,
+                     compiled_kernels<dropout_def> {};
+extern template struct compiled_kernels<dropout_def>;  // ops/dropout.cpp
 
 template <double P>
 struct dropout_op : dropout_def {
@@ -57,3 +53,6 @@ constexpr node<dropout_op<P>, X, Seed> dropout(X, Seed) {
 }
 
 }  // namespace loom
+
+// Reflection of the attributes (descriptor slots, structural hash, DOT label).
+BOOST_HANA_ADAPT_STRUCT(loom::dropout_attrs, p);

@@ -14,9 +14,8 @@ namespace loom {
 template <class W>
 inline constexpr bool is_embedding_table = W::rank == 2;
 
-struct embedding_op : op_def<embedding_op, "embedding", op_traits{.backward_reads = reads({0})}> {
-  template <class T> static void forward(const op_args<T>& a);  // ops/embedding.cpp
-  template <class T> static void backward(const op_args<T>& a);
+struct embedding_op : op_def<embedding_op, "embedding", op_traits{.backward_reads = reads({0})}>,
+                      compiled_kernels<embedding_op> {
   template <class Tok, class W>
   struct rule {
     static_assert(is_embedding_table<W>, "embedding: the weight must be a table [V, D]");
@@ -24,6 +23,7 @@ struct embedding_op : op_def<embedding_op, "embedding", op_traits{.backward_read
     using type = shape_cat<Tok, shape<dim_at<W, -1>>>;
   };
 };
+extern template struct compiled_kernels<embedding_op>;  // ops/embedding.cpp
 
 /// Looks up tokens [.., T] (an int node) in weight [V, D] -> [.., T, D].
 /// Throws value_error (at forward) when a token id is outside [0, V).

@@ -27,15 +27,12 @@
 
 namespace loom {
 
-struct mask_causal_op : op_def<mask_causal_op, "mask_causal", in_place_traits> {
-  template <class T> static void forward(const op_args<T>& a);  // ops/mask.cpp
-  template <class T> static void backward(const op_args<T>& a);
+/// mask_causal's declaration: scores [.., T, S] need two axes at least.
+struct mask_causal_op : op_def<mask_causal_op, "mask_causal", in_place_traits>, compiled_kernels<mask_causal_op> {
   template <class S>
-  struct rule {
-    static_assert(S::rank >= 2, "mask_causal: scores need at least two axes [.., T, S]");
-    using type = S;
-  };
+  using rule = axes_at_least<mask_causal_op, 2, S>;
 };
+extern template struct compiled_kernels<mask_causal_op>;  // ops/mask.cpp
 
 /// True when a padding mask's lengths [B] fit scores [B, ...].
 template <class LenDim, class BatchDim>
@@ -45,19 +42,10 @@ inline constexpr bool padding_batch_matches = std::is_same_v<LenDim, BatchDim>;
 struct mask_padding_attrs {
   bool left = false;  // mask_left_padding: keys before first[b] are masked
 };
-}  // namespace loom
-BOOST_HANA_ADAPT_STRUCT(loom::mask_padding_attrs, left);
-namespace loom {
 
-/// mask_padding's declaration: name, traits and kernels (compiled once, whatever the attributes).
-struct mask_padding_def : op_def<mask_padding_def, "mask_padding", in_place_traits_reading(reads({1}))> {
-  template <class T> static void forward(const op_args<T>& a);  // ops/mask.cpp
-  template <class T> static void backward(const op_args<T>& a);
-};
-
-template <bool Left>
-struct mask_padding_op : mask_padding_def {
-  static constexpr mask_padding_attrs attrs{Left};
+/// mask_padding's declaration: name, traits, kernels and rule (whichever side is masked).
+struct mask_padding_def : op_def<mask_padding_def, "mask_padding", in_place_traits_reading(reads({1}))>,
+                          compiled_kernels<mask_padding_def> {
   template <class S, class L>
   struct rule {
     static_assert(S::rank >= 2, "mask_padding: scores need at least two axes [B, .., T, S]");
@@ -67,6 +55,11 @@ struct mask_padding_op : mask_padding_def {
     using type = S;
   };
 };
+extern template struct compiled_kernels<mask_padding_def>;  // ops/mask.cpp
+
+/// mask_padding (Left false: keys j >= valid_len[b]) or mask_left_padding (Left: keys j < first[b]).
+template <bool Left>
+using mask_padding_op = attributed<mask_padding_def, mask_padding_attrs{Left}>;
 
 namespace detail {
 /// The axis of the scores (rank SR) that axis I of a mask (rank MR) with Lead leading axes
@@ -100,15 +93,11 @@ inline constexpr bool bool_mask_broadcasts = detail::bool_mask_fits<MaskShape, S
 struct mask_bool_attrs {
   long lead = 0;  // the mask's first `lead` axes align with the scores' first axes
 };
-}  // namespace loom
-BOOST_HANA_ADAPT_STRUCT(loom::mask_bool_attrs, lead);
-namespace loom {
 
 /// mask_bool's declaration: name, traits and kernels (compiled once, whatever the attributes).
-struct mask_bool_def : op_def<mask_bool_def, "mask_bool", in_place_traits_reading(reads({1}))> {
-  template <class T> static void forward(const op_args<T>& a);  // ops/mask.cpp
-  template <class T> static void backward(const op_args<T>& a);
-};
+struct mask_bool_def : op_def<mask_bool_def, "mask_bool", in_place_traits_reading(reads({1}))>,
+                       compiled_kernels<mask_bool_def> {};
+extern template struct compiled_kernels<mask_bool_def>;  // ops/mask.cpp
 
 template <int Lead>
 struct mask_bool_op : mask_bool_def {
@@ -149,3 +138,7 @@ constexpr node<mask_bool_op<Lead>, X, M> mask_bool(X, M) {
 }
 
 }  // namespace loom
+
+// Reflection of the attributes (descriptor slots, structural hash, DOT label).
+BOOST_HANA_ADAPT_STRUCT(loom::mask_padding_attrs, left);
+BOOST_HANA_ADAPT_STRUCT(loom::mask_bool_attrs, lead);

@@ -31,24 +31,20 @@ inline constexpr bool batch_dims_match = shapes_broadcast<BatchA, BatchB>;
 struct matmul_attrs {
   bool trans_a = false, trans_b = false;
 };
-}  // namespace loom
-BOOST_HANA_ADAPT_STRUCT(loom::matmul_attrs, trans_a, trans_b);
-namespace loom {
 
 /// matmul reads operands whose matrices lie further apart than their size in place (each
 /// matrix is one GEMM operand: a KV cache's keys grown in place, say).
 constexpr bool matmul_reads_strided(const node_desc&, int) { return true; }
 
 /// matmul's declaration: name, traits and kernels (compiled once, whatever the attributes).
-struct matmul_def : op_def<matmul_def, "matmul"> {
+struct matmul_def : op_def<matmul_def, "matmul">, compiled_kernels<matmul_def> {
   static constexpr op_traits traits{
       .reads_strided = &matmul_reads_strided,
       .writes_fresh = true,
       .backward_reads = reads({0, 1}),
   };
-  template <class T> static void forward(const op_args<T>& a);  // ops/matmul.cpp
-  template <class T> static void backward(const op_args<T>& a);
 };
+extern template struct compiled_kernels<matmul_def>;  // ops/matmul.cpp
 
 template <bool TransA, bool TransB>
 struct matmul_op : matmul_def {
@@ -81,3 +77,6 @@ constexpr node<matmul_op<TransA, TransB>, A, B> matmul(A, B) {
 }
 
 }  // namespace loom
+
+// Reflection of the attributes (descriptor slots, structural hash, DOT label).
+BOOST_HANA_ADAPT_STRUCT(loom::matmul_attrs, trans_a, trans_b);

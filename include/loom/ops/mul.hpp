@@ -8,11 +8,11 @@
 
 namespace loom {
 
-struct mul_op : op_def<mul_op, "mul", op_traits{.can_run_in_place = true, .backward_reads = reads({0, 1})}> {
-  template <class T> static void forward(const op_args<T>& a);  // ops/mul.cpp
-  template <class T> static void backward(const op_args<T>& a);
+struct mul_op : op_def<mul_op, "mul", op_traits{.can_run_in_place = true, .backward_reads = reads({0, 1})}>,
+                compiled_kernels<mul_op> {
   template <class A, class B> using rule = broadcast_rule<mul_op, A, B>;
 };
+extern template struct compiled_kernels<mul_op>;  // ops/mul.cpp
 
 /// a ⊙ b elementwise, the two broadcast together (NumPy's rule). Shapes that do not broadcast
 /// do not compile (the message names both).

@@ -16,10 +16,9 @@ namespace loom {
 
 /// named's declaration: name, traits and kernels (compiled once, whatever the attributes).
 struct named_def
-    : op_def<named_def, "named", op_traits{.is_view = true, .writes_fresh = true, .is_named_output = true}> {
-  template <class T> static void forward(const op_args<T>& a);  // ops/named.cpp
-  template <class T> static void backward(const op_args<T>& a);
-};
+    : op_def<named_def, "named", op_traits{.is_view = true, .writes_fresh = true, .is_named_output = true}>,
+      compiled_kernels<named_def> {};
+extern template struct compiled_kernels<named_def>;  // ops/named.cpp
 
 /// The op of named<Name>(x): identity (x's shape), with the name in the node's descriptor.
 template <fixed_string Name>

@@ -24,28 +24,25 @@ inline constexpr bool positions_fit = is_leading_shape<X, Pos>;
 struct positional_encoding_attrs {
   bool with_positions = false;  // a positions input [.., T] is given
 };
-}  // namespace loom
-BOOST_HANA_ADAPT_STRUCT(loom::positional_encoding_attrs, with_positions);
-namespace loom {
 
-/// positional_encoding's declaration: name, traits and kernels (compiled once, whatever the attributes).
-struct positional_encoding_def : op_def<positional_encoding_def, "positional_encoding", in_place_traits> {
-  template <class T> static void forward(const op_args<T>& a);  // ops/positional_encoding.cpp
-  template <class T> static void backward(const op_args<T>& a);
-};
-
-template <bool WithPositions>
-struct positional_encoding_op : positional_encoding_def {
-  static constexpr positional_encoding_attrs attrs{WithPositions};
+/// positional_encoding's declaration: name, traits, kernels and rule (positions given or not).
+struct positional_encoding_def : op_def<positional_encoding_def, "positional_encoding", in_place_traits>,
+                                 compiled_kernels<positional_encoding_def> {
   template <class X, class... Pos>
   struct rule {
     static_assert(X::rank >= 2, "add_positional_encoding: x must be [.., T, D]");
-    static_assert(sizeof...(Pos) == (WithPositions ? 1 : 0), "add_positional_encoding: one positions input or none");
+    static_assert(sizeof...(Pos) <= 1, "add_positional_encoding: one positions input or none");
     static_assert((positions_fit<X, Pos> && ...),
                   "add_positional_encoding: positions must have x's dims without the last [.., T]");
     using type = X;
   };
 };
+extern template struct compiled_kernels<positional_encoding_def>;  // ops/positional_encoding.cpp
+
+/// The op with its attribute: whether the node has a positions input (its builders below
+/// give it one exactly when WithPositions).
+template <bool WithPositions>
+using positional_encoding_op = attributed<positional_encoding_def, positional_encoding_attrs{WithPositions}>;
 
 /// x [.., T, D] + PE[positions], positions an int node [.., T]. Throws value_error (at
 /// forward) for a negative position.
@@ -62,3 +59,6 @@ constexpr node<positional_encoding_op<false>, X> add_positional_encoding(X) {
 }
 
 }  // namespace loom
+
+// Reflection of the attributes (descriptor slots, structural hash, DOT label).
+BOOST_HANA_ADAPT_STRUCT(loom::positional_encoding_attrs, with_positions);

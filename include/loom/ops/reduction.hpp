@@ -42,9 +42,6 @@ using reduced_shape = typename detail::reduced_shape_impl<S, norm_axis<Axis, S::
 struct reduce_attrs {
   long axis = 0;
 };
-}  // namespace loom
-BOOST_HANA_ADAPT_STRUCT(loom::reduce_attrs, axis);
-namespace loom {
 
 /// True when Axis names an axis of x (rank R) for the reduction Def: axis_in_range under a name
 /// that also names the op in a failed check ("reduces_an_axis<loom::mean_def, 2, 2>").
@@ -63,65 +60,45 @@ struct axis_reduction : Def {
   };
 };
 
-// ---- reduce_sum
-
-/// reduce_sum's declaration: name, traits and kernels (compiled once, whatever the axis).
-struct reduce_sum_def : op_def<reduce_sum_def, "reduce_sum", op_traits{.writes_fresh = true}> {
-  template <class T> static void forward(const op_args<T>& a);  // ops/reduction.cpp
-  template <class T> static void backward(const op_args<T>& a);
+struct reduce_sum_def : op_def<reduce_sum_def, "reduce_sum", op_traits{.writes_fresh = true}>,
+                        compiled_kernels<reduce_sum_def> {};
+struct mean_def : op_def<mean_def, "mean", op_traits{.writes_fresh = true}>, compiled_kernels<mean_def> {};
+struct amax_def : op_def<amax_def, "amax",
+                         op_traits{.writes_fresh = true, .backward_reads = reads({0}), .backward_reads_output = true}>,
+                  compiled_kernels<amax_def> {
+  /// Throws shape_error when the axis has size 0 (a max over nothing).
+  template <class T> static void check(const op_args<T>& a);
 };
-
-template <int Axis, bool KeepDim>
-using reduce_sum_op = axis_reduction<reduce_sum_def, Axis, KeepDim>;
+extern template struct compiled_kernels<reduce_sum_def>;  // ops/reduction.cpp
+extern template struct compiled_kernels<mean_def>;
+extern template struct compiled_kernels<amax_def>;
 
 /// Σ over axis Axis of x (negative: from the end): x without that axis, or with it 1 when
 /// KeepDim. (sum(x) adds every element into a scalar.)
 template <int Axis, bool KeepDim = false, class X>
   requires is_node<X>
-constexpr node<reduce_sum_op<Axis, KeepDim>, X> reduce_sum(X) {
+constexpr node<axis_reduction<reduce_sum_def, Axis, KeepDim>, X> reduce_sum(X) {
   return {};
 }
-
-// ---- mean
-
-/// mean's declaration: name, traits and kernels (compiled once, whatever the axis).
-struct mean_def : op_def<mean_def, "mean", op_traits{.writes_fresh = true}> {
-  template <class T> static void forward(const op_args<T>& a);  // ops/reduction.cpp
-  template <class T> static void backward(const op_args<T>& a);
-};
-
-template <int Axis, bool KeepDim>
-using mean_op = axis_reduction<mean_def, Axis, KeepDim>;
 
 /// The mean over axis Axis of x (negative: from the end), dividing by the axis' size when the
 /// graph runs: x without that axis, or with it 1 when KeepDim (RMSNorm: mean<-1, true>(x * x)).
 template <int Axis, bool KeepDim = false, class X>
   requires is_node<X>
-constexpr node<mean_op<Axis, KeepDim>, X> mean(X) {
+constexpr node<axis_reduction<mean_def, Axis, KeepDim>, X> mean(X) {
   return {};
 }
-
-// ---- amax
-
-/// amax's declaration: name, traits and kernels (compiled once, whatever the axis).
-struct amax_def : op_def<amax_def, "amax",
-                         op_traits{.writes_fresh = true, .backward_reads = reads({0}), .backward_reads_output = true}> {
-  template <class T> static void forward(const op_args<T>& a);  // ops/reduction.cpp
-  template <class T> static void backward(const op_args<T>& a);
-  /// Throws shape_error when the axis has size 0 (a max over nothing).
-  template <class T> static void check(const op_args<T>& a);
-};
-
-template <int Axis, bool KeepDim>
-using amax_op = axis_reduction<amax_def, Axis, KeepDim>;
 
 /// The largest element along axis Axis of x (torch.amax; negative Axis from the end): x
 /// without that axis, or with it 1 when KeepDim. Tied maxima share the gradient evenly; NaN
 /// propagates. Throws shape_error when the axis has size 0.
 template <int Axis, bool KeepDim = false, class X>
   requires is_node<X>
-constexpr node<amax_op<Axis, KeepDim>, X> amax(X) {
+constexpr node<axis_reduction<amax_def, Axis, KeepDim>, X> amax(X) {
   return {};
 }
 
 }  // namespace loom
+
+// Reflection of the attributes (descriptor slots, structural hash, DOT label).
+BOOST_HANA_ADAPT_STRUCT(loom::reduce_attrs, axis);

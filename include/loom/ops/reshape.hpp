@@ -51,10 +51,9 @@ inline constexpr bool reshape_preserves_size = [] {
 }();
 
 /// reshape's declaration: name, traits and kernels (compiled once, whatever the attributes).
-struct reshape_def : op_def<reshape_def, "reshape", op_traits{.is_view = true, .writes_fresh = true}> {
-  template <class T> static void forward(const op_args<T>& a);  // ops/reshape.cpp
-  template <class T> static void backward(const op_args<T>& a);
-};
+struct reshape_def : op_def<reshape_def, "reshape", op_traits{.is_view = true, .writes_fresh = true}>,
+                     compiled_kernels<reshape_def> {};
+extern template struct compiled_kernels<reshape_def>;  // ops/reshape.cpp
 
 template <class To>
 struct reshape_op : reshape_def {
@@ -90,15 +89,11 @@ inline constexpr bool is_permutation = [] {
 struct transpose_attrs {
   std::array<long, max_rank> perm{};  // y's axis i is x's axis perm[i]
 };
-}  // namespace loom
-BOOST_HANA_ADAPT_STRUCT(loom::transpose_attrs, perm);
-namespace loom {
 
 /// transpose's declaration: name, traits and kernels (compiled once, whatever the attributes).
-struct transpose_def : op_def<transpose_def, "transpose", op_traits{.writes_fresh = true}> {
-  template <class T> static void forward(const op_args<T>& a);  // ops/reshape.cpp
-  template <class T> static void backward(const op_args<T>& a);
-};
+struct transpose_def : op_def<transpose_def, "transpose", op_traits{.writes_fresh = true}>,
+                       compiled_kernels<transpose_def> {};
+extern template struct compiled_kernels<transpose_def>;  // ops/reshape.cpp
 
 template <int... P>
 struct transpose_op : transpose_def {
@@ -118,3 +113,6 @@ constexpr node<transpose_op<P...>, X> transpose(X) {
 }
 
 }  // namespace loom
+
+// Reflection of the attributes (descriptor slots, structural hash, DOT label).
+BOOST_HANA_ADAPT_STRUCT(loom::transpose_attrs, perm);

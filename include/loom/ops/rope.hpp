@@ -62,12 +62,10 @@ struct rope_attrs {
   double theta = 10000;
   bool with_positions = true;  // a positions input is given; else positions 0..T−1
 };
-}  // namespace loom
-BOOST_HANA_ADAPT_STRUCT(loom::rope_attrs, interleaved, theta, with_positions);
-namespace loom {
 
 /// rope's declaration: name, traits and kernels (compiled once, whatever the attributes).
-struct rope_def : op_def<rope_def, "rope"> {  // traits hold function addresses: a member
+/// The traits hold function addresses, so they are a member, not op_def's argument.
+struct rope_def : op_def<rope_def, "rope">, compiled_kernels<rope_def> {
   static constexpr op_traits traits{
       .writes_fresh = true,
       .can_run_in_place = true,
@@ -75,9 +73,8 @@ struct rope_def : op_def<rope_def, "rope"> {  // traits hold function addresses:
       .saved_elements = &ops::rope_saved,
   };
   template <class T> static void check(const op_args<T>& a);  // ops/rope.cpp
-  template <class T> static void forward(const op_args<T>& a);
-  template <class T> static void backward(const op_args<T>& a);
 };
+extern template struct compiled_kernels<rope_def>;  // ops/rope.cpp
 
 template <rope_layout Layout, double Theta, bool WithPositions = true> struct rope_op : rope_def {
   static_assert(Theta > 0, "rope: theta must be positive");
@@ -112,3 +109,6 @@ constexpr node<rope_op<Layout, Theta, false>, X> rope(X) {
 }
 
 }  // namespace loom
+
+// Reflection of the attributes (descriptor slots, structural hash, DOT label).
+BOOST_HANA_ADAPT_STRUCT(loom::rope_attrs, interleaved, theta, with_positions);

@@ -11,15 +11,10 @@ namespace loom {
 struct scale_attrs {
   double factor = 1;
 };
-}  // namespace loom
-BOOST_HANA_ADAPT_STRUCT(loom::scale_attrs, factor);
-namespace loom {
 
 /// scale's declaration: name, traits and kernels (compiled once, whatever the attributes).
-struct scale_def : op_def<scale_def, "scale", in_place_traits> {
-  template <class T> static void forward(const op_args<T>& a);  // ops/scale.cpp
-  template <class T> static void backward(const op_args<T>& a);
-};
+struct scale_def : op_def<scale_def, "scale", in_place_traits>, compiled_kernels<scale_def> {};
+extern template struct compiled_kernels<scale_def>;  // ops/scale.cpp
 
 /// scale<C>(x): x's shape (op_def's default rule), C stored as the attribute.
 template <double C>
@@ -47,3 +42,6 @@ template <long N>
 inline constexpr double inv_sqrt = 1.0 / detail::sqrt_newton(static_cast<double>(N));
 
 }  // namespace loom
+
+// Reflection of the attributes (descriptor slots, structural hash, DOT label).
+BOOST_HANA_ADAPT_STRUCT(loom::scale_attrs, factor);

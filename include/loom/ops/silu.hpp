@@ -8,10 +8,8 @@
 
 namespace loom {
 
-struct silu_op : op_def<silu_op, "silu", in_place_traits_reading(reads({0}))> {
-  template <class T> static void forward(const op_args<T>& a);  // ops/silu.cpp
-  template <class T> static void backward(const op_args<T>& a);
-};
+struct silu_op : op_def<silu_op, "silu", in_place_traits_reading(reads({0}))>, compiled_kernels<silu_op> {};
+extern template struct compiled_kernels<silu_op>;  // ops/silu.cpp
 
 /// x · sigmoid(x), elementwise; same shape as x.
 inline constexpr op_fn<silu_op> silu{};

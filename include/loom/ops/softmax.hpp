@@ -8,15 +8,11 @@
 
 namespace loom {
 
-struct softmax_op : op_def<softmax_op, "softmax", in_place_traits_reading_output> {
-  template <class T> static void forward(const op_args<T>& a);  // ops/softmax.cpp
-  template <class T> static void backward(const op_args<T>& a);
+struct softmax_op : op_def<softmax_op, "softmax", in_place_traits_reading_output>, compiled_kernels<softmax_op> {
   template <class S>
-  struct rule {
-    static_assert(S::rank >= 1, "softmax: needs at least one axis");
-    using type = S;
-  };
+  using rule = axes_at_least<softmax_op, 1, S>;  // it works along the last axis
 };
+extern template struct compiled_kernels<softmax_op>;  // ops/softmax.cpp
 
 /// Softmax over the last axis; shape unchanged.
 inline constexpr op_fn<softmax_op> softmax{};

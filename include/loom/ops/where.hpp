@@ -11,9 +11,8 @@
 
 namespace loom {
 
-struct where_op : op_def<where_op, "where", op_traits{.writes_fresh = true, .backward_reads = reads({0})}> {
-  template <class T> static void forward(const op_args<T>& a);  // ops/where.cpp
-  template <class T> static void backward(const op_args<T>& a);
+struct where_op : op_def<where_op, "where", op_traits{.writes_fresh = true, .backward_reads = reads({0})}>,
+                  compiled_kernels<where_op> {
   template <class C, class A, class B>
   struct rule {
     static_assert(shapes_broadcast<A, B>,
@@ -25,6 +24,7 @@ struct where_op : op_def<where_op, "where", op_traits{.writes_fresh = true, .bac
     using type = broadcast_shape<C, broadcast_shape<A, B>>;
   };
 };
+extern template struct compiled_kernels<where_op>;  // ops/where.cpp
 
 /// cond ? a : b elementwise (torch.where): cond a bool input, a and b real, the three
 /// broadcast together. The gradient flows to a where cond holds and to b elsewhere.
