@@ -231,11 +231,11 @@ template <class T>
 void executor<T>::keep_at(int i) {
   busy_guard busy(p_->in_use, "keep()");
   if (i < 0 || i >= p_->n) throw error("executor: keep: node " + std::to_string(i) + " is not in this graph");
-  keep_original_at(p_->rewritten->to_original[i]);
+  keep_original_node(p_->rewritten->to_original[i]);
 }
 
 template <class T>
-void executor<T>::keep_original_at(int i) {
+void executor<T>::keep_original_node(int i) {
   if (i < 0 || i >= p_->original.size()) throw error("executor: keep: node " + std::to_string(i) + " is not in this graph");
   if (p_->keep_original[i]) return;
   p_->keep_original[i] = 1;

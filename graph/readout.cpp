@@ -9,7 +9,7 @@
 namespace loom {
 
 template <class T>
-tensor_view<const T> executor<T>::value_at(int i) const {
+tensor_view<const T> executor<T>::node_value(int i) const {
   p_->check_readable();
   if (p_->plan.order[i]->elem != dtype::real)
     throw error("executor: " + p_->plan.describe(i) + " is not real-valued");
@@ -26,7 +26,7 @@ tensor_view<const T> executor<T>::value_at(int i) const {
 }
 
 template <class T>
-tensor_view<const T> executor<T>::grad_at(int i) const {
+tensor_view<const T> executor<T>::node_grad(int i) const {
   if (p_->in_use.load(std::memory_order_acquire))
     throw error("executor: a gradient read while a call on the executor is running (from another thread?)");
   if (!p_->backwarded) throw error("executor: no gradient before backward() (or the last backward() failed)");
@@ -46,11 +46,11 @@ tensor_view<const T> executor<T>::output(int k) const {
   if (k < 0 || k >= static_cast<int>(p_->plan.roots.size()))
     throw error("executor: output " + std::to_string(k) + " does not exist (the graph has " +
                 std::to_string(p_->plan.roots.size()) + ")");
-  return value_at(p_->plan.roots[k]);
+  return node_value(p_->plan.roots[k]);
 }
 
 template <class T>
-int executor<T>::named_index(std::string_view name) const {
+int executor<T>::named_node_index(std::string_view name) const {
   const int i = p_->plan.named_index(name);
   if (i >= 0) return i;
   std::string names;
@@ -61,12 +61,12 @@ int executor<T>::named_index(std::string_view name) const {
 
 template <class T>
 tensor_view<const T> executor<T>::output(std::string_view name) const {
-  return value_at(named_index(name));
+  return node_value(named_node_index(name));
 }
 
 template <class T>
 strided_view<const T> executor<T>::output_storage(std::string_view name) const {
-  const int i = named_index(name);
+  const int i = named_node_index(name);
   p_->check_readable();
   if (p_->plan.order[i]->elem != dtype::real) throw error("executor: " + p_->plan.describe(i) + " is not real-valued");
   if (p_->plan.order[i]->op->role == node_role::param) p_->check_param_unmoved(i, "executor");
@@ -89,7 +89,7 @@ std::vector<feed> executor<T>::named_feeds() const {
 }
 
 template <class T>
-int executor<T>::original_index_of(const node_desc* d) const {
+int executor<T>::original_node_index(const node_desc* d) const {
   auto it = p_->index.find(d);
   if (it != p_->index.end()) return it->second;
   // a node of another type with the same structure is the same node (see detail::same_node)
@@ -99,8 +99,8 @@ int executor<T>::original_index_of(const node_desc* d) const {
 }
 
 template <class T>
-int executor<T>::index_of(const node_desc* d) const {
-  const int i = original_index_of(d);
+int executor<T>::node_index(const node_desc* d) const {
+  const int i = original_node_index(d);
   const int at = p_->rewritten->of_original[i];
   if (at >= 0) return at;
   throw error("executor: " + p_->original.describe(i) + " was fused into " +
@@ -110,7 +110,7 @@ int executor<T>::index_of(const node_desc* d) const {
 }
 
 template <class T>
-int executor<T>::input_index(std::string_view name) const {
+int executor<T>::input_node_index(std::string_view name) const {
   const int i = p_->plan.input_index(name);
   if (i < 0) throw missing_error("executor: " + in_quotes(name) + " is not an input of this graph");
   return i;
@@ -118,7 +118,7 @@ int executor<T>::input_index(std::string_view name) const {
 
 template <class T>
 tensor_view<const T> executor<T>::input_grad(std::string_view name) const {
-  return grad_at(input_index(name));
+  return node_grad(input_node_index(name));
 }
 
 template <class T>
@@ -127,16 +127,16 @@ std::string executor<T>::dot() const {
 }
 
 #define LOOM_READOUT(T)                                                              \
-  template tensor_view<const T> executor<T>::value_at(int) const;                    \
-  template tensor_view<const T> executor<T>::grad_at(int) const;                     \
+  template tensor_view<const T> executor<T>::node_value(int) const;                    \
+  template tensor_view<const T> executor<T>::node_grad(int) const;                     \
   template tensor_view<const T> executor<T>::output(int) const;                      \
   template tensor_view<const T> executor<T>::output(std::string_view) const;         \
   template strided_view<const T> executor<T>::output_storage(std::string_view) const; \
-  template int executor<T>::named_index(std::string_view) const;                     \
+  template int executor<T>::named_node_index(std::string_view) const;                     \
   template std::vector<feed> executor<T>::named_feeds() const;                       \
-  template int executor<T>::index_of(const node_desc*) const;                        \
-  template int executor<T>::original_index_of(const node_desc*) const;               \
-  template int executor<T>::input_index(std::string_view) const;                     \
+  template int executor<T>::node_index(const node_desc*) const;                        \
+  template int executor<T>::original_node_index(const node_desc*) const;               \
+  template int executor<T>::input_node_index(std::string_view) const;                     \
   template tensor_view<const T> executor<T>::input_grad(std::string_view) const;     \
   template std::string executor<T>::dot() const;
 LOOM_READOUT(float)

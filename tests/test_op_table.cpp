@@ -10,6 +10,7 @@
 #include <set>
 #include <string>
 
+#include "../graph/executor_access.hpp"  // nodes by plan index
 #include "all_op_headers.hpp"  // generated: every header in include/loom/ops/, so every op registers
 #include "loom/loom.hpp"
 #include "loom/nn/attention.hpp"
@@ -34,7 +35,7 @@ std::vector<double> all_grads(const executor<double>& ex, const param_store<doub
   const plan_view& plan = ex.plan();
   for (int i = 0; i < plan.size(); ++i)
     if (plan.order[i]->op->role == node_role::input && plan.order[i]->elem == dtype::real) {
-      auto v = ex.grad_at(i);
+      auto v = detail::executor_access::grad_at(ex, i);
       g.insert(g.end(), v.data, v.data + v.dims.size());
     }
   return g;
@@ -75,7 +76,7 @@ void check_unread(const plan_view& plan, const op_entry& op, param_store<double>
       read_at_another_position = read_at_another_position || (ins[k2] == j && op.backward_reads_input(static_cast<int>(k2)));
     if (read_at_another_position) continue;
     if (src.op->role != node_role::input || plan.consumers(j).size() != 1) continue;  // someone else may read it
-    fill_nan(ex.value_at(j));
+    fill_nan(detail::executor_access::value_at(ex, j));
     r.unread_poisoned += " input " + std::to_string(k);
   }
   bool output_unread = !op.backward_reads_output;
@@ -85,7 +86,7 @@ void check_unread(const plan_view& plan, const op_entry& op, param_store<double>
       if (cins[k] == target && plan.order[c]->op->backward_reads_input(static_cast<int>(k))) output_unread = false;
   }
   if (output_unread && plan.order[target]->elem == dtype::real) {
-    fill_nan(ex.value_at(target));
+    fill_nan(detail::executor_access::value_at(ex, target));
     r.unread_poisoned += " output";
   }
   ex.backward(cot);

@@ -20,6 +20,10 @@
 
 namespace loom {
 
+namespace detail {
+struct executor_access;
+}
+
 /// A value as it lies in memory: its matrices (last two axes, rows contiguous) are
 /// `mat_stride` elements apart — rows · cols when contiguous, more when the value is a feed's
 /// storage grown in place (feed::with_room).
@@ -95,8 +99,6 @@ class executor {
   /// The named node's value where it lies: contiguous, or inside the storage of the feed it
   /// grew in place (a KV cache's keys: then data is that storage and mat_stride its stride).
   strided_view<const T> output_storage(std::string_view name) const;
-  /// Index in the plan of the node named `name`; throws missing_error if there is none.
-  int named_index(std::string_view name) const;
   /// Every named output as a feed of the same name, borrowing this executor's values (valid
   /// until its next forward()): the outputs of one graph feed the inputs of another by name —
   /// the encoder memory projected once per source into each decoding step, say.
@@ -105,15 +107,14 @@ class executor {
   /// before forward(). Outputs and parameters are always kept.
   template <class Node>
   void keep(Node) {
-    keep_original_at(original_index_of(desc_ptr<Node>()));
+    keep_original_node(original_node_index(desc_ptr<Node>()));
   }
-  void keep_at(int node);
   /// Value of a real-valued node of the graph after forward(): an output, an input, or a node
   /// kept with keep(). Throws error for other nodes (their memory is reused) and for nodes of
   /// other graphs.
   template <class Node>
   tensor_view<const T> value(Node) const {
-    return value_at(index_of(desc_ptr<Node>()));
+    return node_value(node_index(desc_ptr<Node>()));
   }
   /// Gradient of the named real input after backward() (needs exec_options::input_grads).
   tensor_view<const T> input_grad(std::string_view name) const;
@@ -121,7 +122,7 @@ class executor {
   /// (with exec_options::input_grads) or a kept node.
   template <class Node>
   tensor_view<const T> grad(Node) const {
-    return grad_at(index_of(desc_ptr<Node>()));
+    return node_grad(node_index(desc_ptr<Node>()));
   }
   /// During every later backward(), calls `callback(node)` once for each parameter (and input,
   /// with exec_options::input_grads) as soon as its gradient is final — every contribution
@@ -156,18 +157,37 @@ class executor {
   /// That plan as Graphviz DOT (fused nodes show as one box: "attention").
   std::string dot() const;
 
-  /// Index in the plan of the input named `name`; throws missing_error if there is none.
-  int input_index(std::string_view name) const;
-  tensor_view<const T> value_at(int node) const;
-  tensor_view<const T> grad_at(int node) const;
-  /// Index in plan() of the node `d` describes. Throws error when it is not in the graph, or
-  /// when a fusion absorbed it (keep() it before forward() to read it).
-  int index_of(const node_desc* d) const;
-  /// Index of the node in the graph as written (before fusions), and keep() by that index.
-  int original_index_of(const node_desc* d) const;
-  void keep_original_at(int node);
+  // ---- node indices: deprecated, private in the next release. A node is read with value(node)
+  // and grad(node), an output or input by name with output(name) and input_grad(name); the
+  // indices of plan() are plan().input_index(name) and those on_gradient_final() passes.
+  [[deprecated("use plan().input_index(name)")]] int input_index(std::string_view name) const {
+    return input_node_index(name);
+  }
+  [[deprecated("use value(node) or output(name)")]] tensor_view<const T> value_at(int node) const {
+    return node_value(node);
+  }
+  [[deprecated("use grad(node) or input_grad(name)")]] tensor_view<const T> grad_at(int node) const {
+    return node_grad(node);
+  }
+  [[deprecated("use value(node) and grad(node)")]] int index_of(const node_desc* d) const { return node_index(d); }
+  [[deprecated("use keep(node)")]] int original_index_of(const node_desc* d) const { return original_node_index(d); }
+  [[deprecated("use keep(node)")]] void keep_original_at(int node) { keep_original_node(node); }
+  [[deprecated("use keep(node)")]] void keep_at(int node);
+  [[deprecated("use output(name)")]] int named_index(std::string_view name) const { return named_node_index(name); }
 
  private:
+  friend struct detail::executor_access;  // tests read nodes by index (graph/executor_access.hpp)
+  int input_node_index(std::string_view name) const;  // throws missing_error if there is none
+  int named_node_index(std::string_view name) const;  // the node named `name`; the same
+  tensor_view<const T> node_value(int node) const;
+  tensor_view<const T> node_grad(int node) const;
+  // Index in plan() of the node `d` describes. Throws error when it is not in the graph, or
+  // when a fusion absorbed it (keep() it before forward() to read it).
+  int node_index(const node_desc* d) const;
+  // Index of the node in the graph as written (before fusions), and keep() by that index.
+  int original_node_index(const node_desc* d) const;
+  void keep_original_node(int node);
+
   struct impl;
   std::unique_ptr<impl> p_;
 };
