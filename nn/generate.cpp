@@ -34,8 +34,8 @@ template <class T>
 LOOM_VECTOR_CLONES std::size_t first_max(std::span<const T> x) {
   // one of the values (−0 == +0, as max_element sees them)
   const T m = ops::lane_max(x.data(), static_cast<std::int64_t>(x.size()));
-  typedef T lanes_t __attribute__((vector_size(32)));
-  typedef long long words __attribute__((vector_size(32)));
+  using lanes_t = ops::gcc_vector<T, 32>;
+  using words = ops::gcc_vector<long long, 32>;
   constexpr std::size_t w = 32 / sizeof(T);
   std::size_t i = 0;
   for (; i + w <= x.size(); i += w) {  // to the first block of lanes holding m

@@ -5,8 +5,10 @@
 
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include "attention_problem.hpp"
+#include "gcc_vector.hpp"
 #include "vector_isa.hpp"
 #include "vmath.hpp"
 
@@ -22,17 +24,7 @@ namespace fused_attention {  // named, not anonymous: the kernels' lambdas captu
 
 constexpr int lanes = 16;  // elements per vector (the small kernels: query rows per block)
 template <class T>
-struct lane_vector;
-template <>
-struct lane_vector<float> {
-  typedef float type __attribute__((vector_size(lanes * sizeof(float))));
-};
-template <>
-struct lane_vector<double> {
-  typedef double type __attribute__((vector_size(lanes * sizeof(double))));
-};
-template <class T>
-using vec = typename lane_vector<T>::type;
+using vec = gcc_vector<T, lanes * sizeof(T)>;
 
 /// x in every lane (x − 0 is x exactly, −0 included; GCC broadcasts the scalar operand).
 template <class V, class S>
@@ -78,16 +70,9 @@ template <class T>
 
 /// The index vectors of __builtin_shuffle for vec<T>: integers of T's size.
 template <class T>
-struct lane_index;
-template <>
-struct lane_index<float> {
-  using elem = std::int32_t;
-  typedef elem type __attribute__((vector_size(lanes * sizeof(elem))));
-};
-template <>
-struct lane_index<double> {
-  using elem = std::int64_t;
-  typedef elem type __attribute__((vector_size(lanes * sizeof(elem))));
+struct lane_index {  // integers of T's width, one per lane
+  using elem = std::conditional_t<sizeof(T) == 4, std::int32_t, std::int64_t>;
+  using type = gcc_vector<elem, lanes * sizeof(elem)>;
 };
 
 /// ln x in every lane for x normal and positive (vmath's log_normal; the small forward's row sums

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "gcc_vector.hpp"
 #include "loom/core/parallel.hpp"
 #include "vector_isa.hpp"
 
@@ -28,7 +29,7 @@ template <int Tiles, class T>
 [[gnu::always_inline]] inline void sum_tiles(const T* __restrict x, std::int64_t ld, std::int64_t rows, std::int64_t t,
                                              T* __restrict dst, bool fresh) {  // in each clone
   constexpr std::int64_t width = column_tile;
-  typedef T vec __attribute__((vector_size(width * sizeof(T))));
+  using vec = gcc_vector<T, width * sizeof(T)>;
   vec acc[Tiles];
   for (int u = 0; u < Tiles; ++u) {
     acc[u] = vec{};

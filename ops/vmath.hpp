@@ -11,6 +11,8 @@
 #include <limits>
 #include <type_traits>
 
+#include "gcc_vector.hpp"
+
 namespace loom::ops {
 // Internal linkage (an unnamed namespace): a file compiled for AVX2 includes this header too,
 // and its copies must never stand in for the baseline ones at link time.
@@ -134,7 +136,7 @@ inline T lane_dot(const T* x, const T* y, std::int64_t n) {
 /// per element). A maximum does not depend on the order: the same value as any loop.
 template <class T>
 inline T lane_max(const T* x, std::int64_t n) {
-  typedef T half __attribute__((vector_size(32)));
+  using half = gcc_vector<T, 32>;
   constexpr std::int64_t w = 32 / sizeof(T);
   const T lowest = -std::numeric_limits<T>::infinity();
   half a = lowest - half{}, b = a;
