@@ -57,14 +57,12 @@ std::unique_ptr<rewritten_plan> rewrite(const plan_view& p, std::span<const std:
   r->order.resize(m);
   r->dims.resize(m);
   r->params.assign(m, nullptr);
-  r->from_param.assign(m, 0);
-  r->from_input.assign(m, 0);
-  r->in_off.assign(m + 1, 0);
-  std::vector<std::vector<int>> consumers(m);
+  plan_edges edges;
+  std::vector<int> ins;
   for (int i = 0; i < n; ++i) {
     const int at = r->of_original[i];
     if (at < 0) continue;
-    std::vector<int> ins;
+    ins.clear();
     if (fusion_at[i] >= 0) {
       const fusion& f = found[static_cast<std::size_t>(fusion_at[i])];
       auto& descs = r->made_inputs.emplace_back();
@@ -87,26 +85,15 @@ std::unique_ptr<rewritten_plan> rewrite(const plan_view& p, std::span<const std:
       for (int x : p.inputs(i)) ins.push_back(r->of_original[x]);
     }
     r->dims[at] = p.dims[i];
-    const node_desc* d = r->order[at];
-    bool param = d->op->role == node_role::param;
-    bool input = d->op->role == node_role::input && d->elem == dtype::real;
-    r->in_off[at] = static_cast<int>(r->in_idx.size());
-    for (int x : ins) {
-      r->in_idx.push_back(x);
-      if (consumers[x].empty() || consumers[x].back() != at) consumers[x].push_back(at);
-      param = param || r->from_param[x];
-      input = input || r->from_input[x];
-    }
-    r->from_param[at] = param;
-    r->from_input[at] = input;
+    edges.add(*r->order[at], ins);  // nodes come in order of `at`: an original's order, kept
   }
-  r->in_off[m] = static_cast<int>(r->in_idx.size());
-  r->out_off.assign(m + 1, 0);
-  for (int i = 0; i < m; ++i) {
-    r->out_off[i] = static_cast<int>(r->out_idx.size());
-    r->out_idx.insert(r->out_idx.end(), consumers[i].begin(), consumers[i].end());
-  }
-  r->out_off[m] = static_cast<int>(r->out_idx.size());
+  edges.finish();
+  r->in_off = std::move(edges.in_off);
+  r->in_idx = std::move(edges.in_idx);
+  r->out_off = std::move(edges.out_off);
+  r->out_idx = std::move(edges.out_idx);
+  r->from_param = std::move(edges.from_param);
+  r->from_input = std::move(edges.from_input);
   for (int x : p.roots) r->roots.push_back(r->of_original[x]);
   for (int x : p.named) r->named.push_back(r->of_original[x]);
   r->view = {r->order, r->in_off, r->in_idx, r->out_off, r->out_idx, p.syms,

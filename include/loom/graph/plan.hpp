@@ -6,6 +6,7 @@
 // once per graph type by graph<Outs...> and handed to the executor as a plan_view.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <span>
@@ -213,6 +214,43 @@ constexpr plan_sizes measure(std::span<const node_desc* const> roots) {
   return s;
 }
 
+/// A plan's edges, gathered node by node in topological order, as build_plan does at compile
+/// time and rewrite() (graph/rewrite.cpp) at run time: each node's inputs (in_off, in_idx), its
+/// distinct consumers (out_off, out_idx), and whether it depends on a parameter (from_param)
+/// or on a real-valued input (from_input), itself or through its inputs.
+struct plan_edges {
+  std::vector<int> in_off, in_idx, out_off, out_idx;
+  std::vector<std::uint8_t> from_param, from_input;
+  std::vector<std::vector<int>> consumers;
+
+  /// The next node, described by d, reading the nodes `ins` (each added before it).
+  constexpr void add(const node_desc& d, std::span<const int> ins) {
+    const int at = static_cast<int>(in_off.size());
+    in_off.push_back(static_cast<int>(in_idx.size()));
+    consumers.emplace_back();
+    bool param = d.op->role == node_role::param;
+    bool input = d.op->role == node_role::input && d.elem == dtype::real;
+    for (int j : ins) {
+      in_idx.push_back(j);
+      auto& c = consumers[static_cast<std::size_t>(j)];
+      if (c.empty() || c.back() != at) c.push_back(at);
+      param = param || from_param[static_cast<std::size_t>(j)];
+      input = input || from_input[static_cast<std::size_t>(j)];
+    }
+    from_param.push_back(param);
+    from_input.push_back(input);
+  }
+  /// Once every node is added: closes in_off and lays the consumers out as out_off, out_idx.
+  constexpr void finish() {
+    in_off.push_back(static_cast<int>(in_idx.size()));
+    for (const auto& c : consumers) {
+      out_off.push_back(static_cast<int>(out_idx.size()));
+      out_idx.insert(out_idx.end(), c.begin(), c.end());
+    }
+    out_off.push_back(static_cast<int>(out_idx.size()));
+  }
+};
+
 template <int N, int E, int S, int R, int M>
 struct plan_data {
   std::array<const node_desc*, N> order{};
@@ -250,34 +288,25 @@ constexpr plan_data<N, E, S, R, M> build_plan(std::span<const node_desc* const> 
   }
   for (int s = 0; s < S; ++s) p.syms[s] = syms[s];
 
-  int e = 0;
-  std::vector<std::vector<int>> consumers(N);
+  plan_edges edges;
+  std::vector<int> ins;
   for (int i = 0; i < N; ++i) {
     const node_desc* d = order[i];
     p.order[i] = d;
-    p.in_off[i] = e;
-    bool param = d->op->role == node_role::param;
-    bool input = d->op->role == node_role::input && d->elem == dtype::real;
-    for (const node_desc* in : d->inputs) {
-      int j = index.find(in);
-      p.in_idx[e++] = j;
-      if (consumers[j].empty() || consumers[j].back() != i) consumers[j].push_back(i);
-      param = param || p.from_param[j];
-      input = input || p.from_input[j];
-    }
-    p.from_param[i] = param;
-    p.from_input[i] = input;
+    ins.clear();
+    for (const node_desc* in : d->inputs) ins.push_back(index.find(in));
+    edges.add(*d, ins);
     for (int a = 0; a < d->rank; ++a) p.dims[i][a] = to_plan_dim(d->dims[a], p.syms);
     p.dims[i][max_rank] = to_plan_dim(d->dattr[0], p.syms);
     p.dims[i][max_rank + 1] = to_plan_dim(d->dattr[1], p.syms);
   }
-  p.in_off[N] = e;
-  int o = 0;
-  for (int i = 0; i < N; ++i) {
-    p.out_off[i] = o;
-    for (int c : consumers[i]) p.out_idx[o++] = c;
-  }
-  p.out_off[N] = o;
+  edges.finish();
+  std::copy(edges.in_off.begin(), edges.in_off.end(), p.in_off.begin());
+  std::copy(edges.in_idx.begin(), edges.in_idx.end(), p.in_idx.begin());
+  std::copy(edges.out_off.begin(), edges.out_off.end(), p.out_off.begin());
+  std::copy(edges.out_idx.begin(), edges.out_idx.end(), p.out_idx.begin());
+  std::copy(edges.from_param.begin(), edges.from_param.end(), p.from_param.begin());
+  std::copy(edges.from_input.begin(), edges.from_input.end(), p.from_input.begin());
   for (int r = 0; r < R; ++r) p.roots[r] = index.find(roots[r]);
   int m = 0;  // named nodes, sorted by name
   for (int i = 0; i < N; ++i)
