@@ -57,7 +57,14 @@ std::unique_ptr<rewritten_plan> rewrite(const plan_view& p, std::span<const std:
   r->order.resize(m);
   r->dims.resize(m);
   r->params.assign(m, nullptr);
-  plan_edges edges;
+  // at most the original's edges (a kept node reads what it read) and each fused node's inputs
+  std::size_t most_edges = p.in_idx.size();
+  for (const fusion& f : found) most_edges += f.inputs.size();
+  r->in_off.assign(m + 1, 0);
+  r->in_idx.assign(most_edges, 0);
+  r->from_param.assign(m, 0);
+  r->from_input.assign(m, 0);
+  edge_writer edges(r->in_off, r->in_idx, r->from_param, r->from_input);
   std::vector<int> ins;
   for (int i = 0; i < n; ++i) {
     const int at = r->of_original[i];
@@ -85,15 +92,14 @@ std::unique_ptr<rewritten_plan> rewrite(const plan_view& p, std::span<const std:
       for (int x : p.inputs(i)) ins.push_back(r->of_original[x]);
     }
     r->dims[at] = p.dims[i];
-    edges.add(*r->order[at], ins);  // nodes come in order of `at`: an original's order, kept
+    edges.add(*r->order[at], [&](auto&& f) {  // nodes come in order of `at`: the original's
+      for (int x : ins) f(x);
+    });
   }
-  edges.finish();
-  r->in_off = std::move(edges.in_off);
-  r->in_idx = std::move(edges.in_idx);
-  r->out_off = std::move(edges.out_off);
-  r->out_idx = std::move(edges.out_idx);
-  r->from_param = std::move(edges.from_param);
-  r->from_input = std::move(edges.from_input);
+  r->in_idx.resize(static_cast<std::size_t>(edges.edges));
+  r->out_off.assign(m + 1, 0);
+  r->out_idx.assign(r->in_idx.size(), 0);
+  r->out_idx.resize(static_cast<std::size_t>(edges.finish(r->out_off, r->out_idx)));
   for (int x : p.roots) r->roots.push_back(r->of_original[x]);
   for (int x : p.named) r->named.push_back(r->of_original[x]);
   r->view = {r->order, r->in_off, r->in_idx, r->out_off, r->out_idx, p.syms,

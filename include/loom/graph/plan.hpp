@@ -6,7 +6,6 @@
 // once per graph type by graph<Outs...> and handed to the executor as a plan_view.
 #pragma once
 
-#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <span>
@@ -214,40 +213,50 @@ constexpr plan_sizes measure(std::span<const node_desc* const> roots) {
   return s;
 }
 
-/// A plan's edges, gathered node by node in topological order, as build_plan does at compile
-/// time and rewrite() (graph/rewrite.cpp) at run time: each node's inputs (in_off, in_idx), its
-/// distinct consumers (out_off, out_idx), and whether it depends on a parameter (from_param)
-/// or on a real-valued input (from_input), itself or through its inputs.
-struct plan_edges {
-  std::vector<int> in_off, in_idx, out_off, out_idx;
-  std::vector<std::uint8_t> from_param, from_input;
+/// Writes a plan's edges node by node in topological order, as build_plan does at compile time
+/// (into its arrays) and rewrite() (graph/rewrite.cpp) at run time (into vectors sized for the
+/// edges): each node's inputs (in_off, in_idx), its distinct consumers (out_off, out_idx, by
+/// finish()), and whether it depends on a parameter (from_param) or on a real-valued input
+/// (from_input), itself or through its inputs.
+struct edge_writer {
+  std::span<int> in_off, in_idx;
+  std::span<std::uint8_t> from_param, from_input;
   std::vector<std::vector<int>> consumers;
+  int nodes = 0, edges = 0;
 
-  /// The next node, described by d, reading the nodes `ins` (each added before it).
-  constexpr void add(const node_desc& d, std::span<const int> ins) {
-    const int at = static_cast<int>(in_off.size());
-    in_off.push_back(static_cast<int>(in_idx.size()));
-    consumers.emplace_back();
+  constexpr edge_writer(std::span<int> in_off_, std::span<int> in_idx_, std::span<std::uint8_t> from_param_,
+                        std::span<std::uint8_t> from_input_)
+      : in_off(in_off_), in_idx(in_idx_), from_param(from_param_), from_input(from_input_),
+        consumers(from_param_.size()) {}
+  /// The next node, described by d; each_input(f) calls f with the index of each of its inputs
+  /// (nodes written before it), in order.
+  template <class EachInput>
+  constexpr void add(const node_desc& d, EachInput each_input) {
+    const int at = nodes++;
+    in_off[at] = edges;
     bool param = d.op->role == node_role::param;
     bool input = d.op->role == node_role::input && d.elem == dtype::real;
-    for (int j : ins) {
-      in_idx.push_back(j);
+    each_input([&](int j) {
+      in_idx[edges++] = j;
       auto& c = consumers[static_cast<std::size_t>(j)];
       if (c.empty() || c.back() != at) c.push_back(at);
-      param = param || from_param[static_cast<std::size_t>(j)];
-      input = input || from_input[static_cast<std::size_t>(j)];
-    }
-    from_param.push_back(param);
-    from_input.push_back(input);
+      param = param || from_param[j];
+      input = input || from_input[j];
+    });
+    from_param[at] = param;
+    from_input[at] = input;
   }
-  /// Once every node is added: closes in_off and lays the consumers out as out_off, out_idx.
-  constexpr void finish() {
-    in_off.push_back(static_cast<int>(in_idx.size()));
-    for (const auto& c : consumers) {
-      out_off.push_back(static_cast<int>(out_idx.size()));
-      out_idx.insert(out_idx.end(), c.begin(), c.end());
+  /// Once every node is written: closes in_off and lays the consumers out in out_off, out_idx
+  /// (nodes + 1 and at most `edges` elements). Returns the number of consumer entries.
+  constexpr int finish(std::span<int> out_off, std::span<int> out_idx) {
+    in_off[nodes] = edges;
+    int o = 0;
+    for (int i = 0; i < nodes; ++i) {
+      out_off[i] = o;
+      for (int c : consumers[static_cast<std::size_t>(i)]) out_idx[o++] = c;
     }
-    out_off.push_back(static_cast<int>(out_idx.size()));
+    out_off[nodes] = o;
+    return o;
   }
 };
 
@@ -288,25 +297,18 @@ constexpr plan_data<N, E, S, R, M> build_plan(std::span<const node_desc* const> 
   }
   for (int s = 0; s < S; ++s) p.syms[s] = syms[s];
 
-  plan_edges edges;
-  std::vector<int> ins;
+  edge_writer edges(p.in_off, p.in_idx, p.from_param, p.from_input);
   for (int i = 0; i < N; ++i) {
     const node_desc* d = order[i];
     p.order[i] = d;
-    ins.clear();
-    for (const node_desc* in : d->inputs) ins.push_back(index.find(in));
-    edges.add(*d, ins);
+    edges.add(*d, [&](auto&& f) {
+      for (const node_desc* in : d->inputs) f(index.find(in));
+    });
     for (int a = 0; a < d->rank; ++a) p.dims[i][a] = to_plan_dim(d->dims[a], p.syms);
     p.dims[i][max_rank] = to_plan_dim(d->dattr[0], p.syms);
     p.dims[i][max_rank + 1] = to_plan_dim(d->dattr[1], p.syms);
   }
-  edges.finish();
-  std::copy(edges.in_off.begin(), edges.in_off.end(), p.in_off.begin());
-  std::copy(edges.in_idx.begin(), edges.in_idx.end(), p.in_idx.begin());
-  std::copy(edges.out_off.begin(), edges.out_off.end(), p.out_off.begin());
-  std::copy(edges.out_idx.begin(), edges.out_idx.end(), p.out_idx.begin());
-  std::copy(edges.from_param.begin(), edges.from_param.end(), p.from_param.begin());
-  std::copy(edges.from_input.begin(), edges.from_input.end(), p.from_input.begin());
+  edges.finish(p.out_off, p.out_idx);
   for (int r = 0; r < R; ++r) p.roots[r] = index.find(roots[r]);
   int m = 0;  // named nodes, sorted by name
   for (int i = 0; i < N; ++i)
