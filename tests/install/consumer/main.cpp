@@ -1,7 +1,9 @@
 // Uses an installed loom as a user's project would, and exits non-zero when something is wrong:
 //   1. a three-node graph, x [T, 4] -> softmax(x) [T, 4] -> sum [], against values worked by hand;
 //   2. an op of this project's own (softsign), declared against the installed kernel interface:
-//      its gradients checked in double, then a tiny classifier that uses it trained for some steps.
+//      its gradients checked in double, then a tiny classifier that uses it trained for some steps;
+//   3. an op whose kernels this project compiles once, in own_ops.cpp (cube, own_ops.hpp): its
+//      values and input gradient against numbers worked by hand, its gradients checked in double.
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -10,6 +12,7 @@
 #include "loom/core/parallel.hpp"  // for_chunks
 #include "loom/loom.hpp"
 #include "loom/nn/linear.hpp"
+#include "own_ops.hpp"
 
 namespace consumer {
 
@@ -115,10 +118,33 @@ bool own_op_checks_and_trains() {
   return check.ok && learnt;
 }
 
+// sum(cube(x)) for x = [1, -2, 0.5] is 1 - 8 + 0.125; its gradient is 3x² = [3, 12, 0.75].
+bool compiled_op_by_hand_and_checked() {
+  auto x = loom::input<"x", loom::shape<loom::fix<3>>>();
+  auto g = loom::make_graph(loom::sum(consumer::cube(x)));
+  loom::param_store<double> none;
+  auto run = g.executor<double>(none, {.input_grads = true});
+  run.forward({{"x", loom::tensor<double>({3}, {1, -2, 0.5})}});
+  run.backward();
+  const double dx[3] = {3, 12, 0.75};
+  bool ok = run.output()[0] == -6.875;
+  for (int i = 0; i < 3; ++i) ok = ok && run.input_grad("x")[i] == dx[i];
+
+  auto h = loom::input<"h", loom::shape<loom::dyn<"N">, loom::fix<4>>>();
+  auto model = loom::make_graph(loom::sum(consumer::cube(loom::nn::linear<"lin", 3>(h))));
+  auto params = model.make_params<double>(5);
+  loom::tensor<double> hs({2, 4}, {0.5, -1, 0.25, 2, -0.75, 1.5, 0.1, -0.3});
+  const auto check = loom::gradcheck(model, params, {{"h", hs}});
+  std::printf("consumer.cube (compiled in own_ops.cpp): sum = %.15g (expected -6.875), %s\n", run.output()[0],
+              check.str().c_str());
+  return ok && check.ok;
+}
+
 }  // namespace
 
 int main() {
   const bool by_hand = softmax_sums_by_hand();
   const bool own_op = own_op_checks_and_trains();
-  return by_hand && own_op ? 0 : 1;
+  const bool compiled_op = compiled_op_by_hand_and_checked();
+  return by_hand && own_op && compiled_op ? 0 : 1;
 }
