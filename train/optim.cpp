@@ -152,6 +152,7 @@ std::vector<std::string> optimizer<T>::state_differences(const optimizer_state<T
     problems.push_back("step count " + std::to_string(state.step) + " leaves no room for another step");
   const auto kinds = buffer_kinds();
   const std::set<std::string> known(kinds.begin(), kinds.end());
+  const auto owned = owned_names();
   for (const auto& [kind, by_param] : state.buffers) {
     if (!known.contains(kind)) {
       problems.push_back(std::string(name()) + " keeps no \"" + kind + "\" buffers");
@@ -160,7 +161,7 @@ std::vector<std::string> optimizer<T>::state_differences(const optimizer_state<T
     for (const auto& [param, buf] : by_param) {
       if (!params_.contains(param))
         problems.push_back(kind + " of \"" + param + "\": no such parameter");
-      else if (!whole && !owns(index_of(param)))
+      else if (!whole && !owned.contains(param))
         problems.push_back(kind + " of \"" + param + "\": outside this optimizer's shard");
       else if (!(buf.dims() == params_.value(param).dims()))
         problems.push_back(kind + " of \"" + param + "\": shape " + buf.dims().str() + ", the parameter's " +
@@ -186,13 +187,12 @@ std::vector<std::string> optimizer<T>::state_differences(const optimizer_state<T
 }
 
 template <class T>
-std::size_t optimizer<T>::index_of(const std::string& param) const {
+std::set<std::string_view, std::less<>> optimizer<T>::owned_names() const {
+  std::set<std::string_view, std::less<>> owned;
   std::size_t k = 0;
-  for (const auto& [name, e] : params_) {
-    if (name == param) return k;
-    ++k;
-  }
-  return k;
+  for (const auto& [name, e] : params_)
+    if (owns(k++)) owned.insert(name);
+  return owned;
 }
 
 template <class T>
@@ -205,8 +205,9 @@ void optimizer<T>::shard(std::size_t first, std::size_t end) {
   end_ = end;
   // The others' buffers go now; the memory of their block goes when the next step lays out
   // the shard's buffers in blocks of their own.
+  const auto owned = owned_names();
   for (auto& [kind, by_param] : state_.buffers)
-    std::erase_if(by_param, [&](const auto& b) { return !owns(index_of(b.first)); });
+    std::erase_if(by_param, [&](const auto& b) { return !owned.contains(b.first); });
   for (auto& [kind, block] : blocks_) block = flat_block<T>();
 }
 

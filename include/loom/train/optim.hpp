@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <set>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -133,7 +134,7 @@ class optimizer {
   std::size_t first_ = 0, end_ = SIZE_MAX;  // the shard (SIZE_MAX: to the end of the store)
   std::int64_t buffer_base_ = 0;          // buffer_base(), set by step()
   bool owns(std::size_t k) const { return k >= first_ && k < std::min(end_, params_.size()); }
-  std::size_t index_of(const std::string& param) const;  // in name order; size() if absent
+  std::set<std::string_view, std::less<>> owned_names() const;  // the shard's parameters, by name
 };
 
 /// Options of sgd; PyTorch's defaults.
