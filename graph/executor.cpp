@@ -229,13 +229,14 @@ void executor<T>::backward(std::span<const tensor<T>> cotangents) {
 
 template <class T>
 void executor<T>::keep_at(int i) {
-  busy_guard busy(p_->in_use, "keep()");
   if (i < 0 || i >= p_->n) throw error("executor: keep: node " + std::to_string(i) + " is not in this graph");
   keep_original_node(p_->rewritten->to_original[i]);
 }
 
+// keep(node) and keep_at(i) both come here: it re-plans, so no other call may be running.
 template <class T>
 void executor<T>::keep_original_node(int i) {
+  busy_guard busy(p_->in_use, "keep()");
   if (i < 0 || i >= p_->original.size()) throw error("executor: keep: node " + std::to_string(i) + " is not in this graph");
   if (p_->keep_original[i]) return;
   p_->keep_original[i] = 1;

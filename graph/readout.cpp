@@ -126,18 +126,18 @@ std::string executor<T>::dot() const {
   return to_dot(p_->plan);
 }
 
-#define LOOM_READOUT(T)                                                              \
-  template tensor_view<const T> executor<T>::node_value(int) const;                    \
-  template tensor_view<const T> executor<T>::node_grad(int) const;                     \
-  template tensor_view<const T> executor<T>::output(int) const;                      \
-  template tensor_view<const T> executor<T>::output(std::string_view) const;         \
+#define LOOM_READOUT(T)                                                               \
+  template tensor_view<const T> executor<T>::node_value(int) const;                   \
+  template tensor_view<const T> executor<T>::node_grad(int) const;                    \
+  template tensor_view<const T> executor<T>::output(int) const;                       \
+  template tensor_view<const T> executor<T>::output(std::string_view) const;          \
   template strided_view<const T> executor<T>::output_storage(std::string_view) const; \
-  template int executor<T>::named_node_index(std::string_view) const;                     \
-  template std::vector<feed> executor<T>::named_feeds() const;                       \
-  template int executor<T>::node_index(const node_desc*) const;                        \
-  template int executor<T>::original_node_index(const node_desc*) const;               \
-  template int executor<T>::input_node_index(std::string_view) const;                     \
-  template tensor_view<const T> executor<T>::input_grad(std::string_view) const;     \
+  template int executor<T>::named_node_index(std::string_view) const;                 \
+  template std::vector<feed> executor<T>::named_feeds() const;                        \
+  template int executor<T>::node_index(const node_desc*) const;                       \
+  template int executor<T>::original_node_index(const node_desc*) const;              \
+  template int executor<T>::input_node_index(std::string_view) const;                 \
+  template tensor_view<const T> executor<T>::input_grad(std::string_view) const;      \
   template std::string executor<T>::dot() const;
 LOOM_READOUT(float)
 LOOM_READOUT(double)
