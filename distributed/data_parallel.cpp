@@ -83,6 +83,7 @@ struct data_parallel<T>::impl {
 
   // ---- optimizer sharding (shard_optimizer) ----
   optimizer<T>* sharded = nullptr;
+  std::uint64_t sharded_layout = 0;  // the store's layout_version() when sharded
   std::vector<std::size_t> bounds;  // rank r updates parameters [bounds[r], bounds[r + 1])
 
   impl(const communicator& c, executor<T>& r, param_store<T>& p, data_parallel_options o);
@@ -440,11 +441,15 @@ void data_parallel<T>::shard_optimizer(optimizer<T>& opt) {
   impl& p = *p_;
   if (&opt.params() != p.params)
     throw value_error("data_parallel::shard_optimizer: the optimizer updates another parameter store");
+  if (!p.params->packed())  // the same answer on every rank whose store is made the same way
+    throw value_error("data_parallel::shard_optimizer: the parameter store is not packed (make_params makes it "
+                      "packed; a store built with set() needs params.pack() before any executor runs on it)");
   p.bounds = shard_bounds();
   const auto r = static_cast<std::size_t>(p.comm.rank());
   p.comm.barrier();  // collective: every rank shards, or the job ends here
   opt.shard(p.bounds[r], p.bounds[r + 1]);
   p.sharded = &opt;
+  p.sharded_layout = p.params->layout_version();
 }
 
 template <class T>
@@ -452,8 +457,8 @@ void data_parallel<T>::after_update() {
   impl& p = *p_;
   if (!p.sharded) return;
   // the communication thread is idle between steps: this thread may call MPI (see the top)
-  if (p.params->value_block().segments().size() != p.bounds.back() || !p.params->packed())
-    throw error("data_parallel: the parameter store changed after shard_optimizer (call it again)");
+  if (p.params->layout_version() != p.sharded_layout)
+    throw error("data_parallel: the parameter store's layout changed after shard_optimizer (call it again)");
   detail::gather_shares<T>(p.comm.mpi(), p.params->value_block().elements().data(),
                            p.params->value_block().segments(), p.bounds);
 }

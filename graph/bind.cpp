@@ -266,10 +266,11 @@ void executor<T>::impl::bind(std::span<const feed> given) {
   grad.assign(n, nullptr);
   place_buffers();
   bound = true;
+  bound_layout = params->layout_version();
 }
 
 // True when `given` binds exactly as the last successful bind (same names, types, shapes and
-// strides, and the parameters' storage unchanged): then only input addresses need updating.
+// strides, and the store's layout unchanged): then only input addresses need updating.
 template <class T>
 bool executor<T>::impl::same_binding(std::span<const feed> given) const {
   if (!bound || given.size() != feeds.size()) return false;
@@ -280,9 +281,7 @@ bool executor<T>::impl::same_binding(std::span<const feed> given) const {
         a.room_rows() != b.room_rows())
       return false;
   }
-  for (int i = 0; i < n; ++i)
-    if (is_param(plan, i) && !param_in_place(i)) return false;
-  return true;
+  return params->layout_version() == bound_layout;
 }
 
 template void executor<float>::impl::bind(std::span<const feed>);

@@ -109,27 +109,15 @@ void executor<T>::impl::forward() {
   values_spent = false;
 }
 
-// A parameter replaced in the store after forward() (param_store::set, or a new tensor moved
-// into value()) freed the memory the forward read and backward would write: refuse.
+// The parameters' memory may have moved since the last bind (param_store::layout_version:
+// a parameter added or set to another shape, the store packed or assigned): the values the
+// forward read and the gradients backward would write are no longer the store's. Refuse.
 template <class T>
-void executor<T>::impl::check_params_unmoved() const {
-  for (int i = 0; i < n; ++i)
-    if (plan.order[i]->op->role == node_role::param) check_param_unmoved(i, "backward");
-}
-
-// One parameter's check, also made before a parameter's value or gradient is read back (an
-// optimizer made after forward() packs the store, which moves every parameter).
-template <class T>
-bool executor<T>::impl::param_in_place(int i) const {
-  const auto* e = param_at(i);
-  return e && e->value.data() == val[i] && e->grad.data() == grad[i] && e->value.dims() == dims[i];
-}
-
-template <class T>
-void executor<T>::impl::check_param_unmoved(int i, const char* what) const {
-  if (!param_in_place(i))
-    throw error(std::string(what) + ": parameter " + in_quotes(plan.order[i]->name) +
-                " was replaced in the store after forward() (its memory moved); call forward() again first");
+void executor<T>::impl::check_layout(const char* what) const {
+  if (params->layout_version() != bound_layout)
+    throw error(std::string(what) +
+                ": the parameter store's layout changed after forward() (a parameter added or set to another shape, "
+                "the store packed or assigned), so the parameters' memory moved; call forward() again first");
 }
 
 template <class T>
@@ -139,7 +127,7 @@ void executor<T>::impl::backward(std::span<const tensor<T>> cot) {
     throw error("backward: the last forward() failed inside a kernel, so its values are incomplete; call forward() "
                 "again first");
   if (!forwarded) throw error("backward: call forward() first");
-  check_params_unmoved();
+  check_layout("backward");
   if (values_spent && !opts.keep_all)
     throw error("backward: call forward() again first (the memory plan reuses the forward's values during "
                 "backward; exec_options::keep_all keeps them)");

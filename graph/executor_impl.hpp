@@ -69,8 +69,8 @@ struct executor<T>::impl {
   param_store<T>* params;
   exec_options opts;
   // per node, a parameter's entry in the store (null for other nodes and absent names), looked
-  // up by name again only when the store's layout_version() changes: the name lookups of every
-  // call (several per parameter) were about 2% of a decoding step
+  // up by name once and again only after a layout change of the store (a name added, the store
+  // assigned: see param_store): the name lookups of every call were about 2% of a decoding step
   mutable std::vector<typename param_store<T>::entry*> param_entry;
   mutable std::uint64_t param_version = 0;  // the store's version they were found at (0: never)
   const std::vector<typename param_store<T>::entry*>& param_entries() const {
@@ -103,6 +103,9 @@ struct executor<T>::impl {
 
   // ---- the last successful bind (bind.cpp) ----
   bool bound = false, forwarded = false, backwarded = false;
+  // the store's layout_version() at that bind: the parameters' addresses in val and grad hold
+  // while it is unchanged (param_store changes it whenever a parameter's memory may move)
+  std::uint64_t bound_layout = 0;
   bool values_spent = false;  // a backward ran since the last forward: its values may be overwritten
   std::vector<std::int64_t> sym;
   std::vector<dims_t> dims;
@@ -138,9 +141,7 @@ struct executor<T>::impl {
   // ---- misuse (executor.cpp) ----
   std::atomic<bool> in_use{false};  // a call is running: a second one at once (another thread) is refused
   bool forward_failed = false;      // the last forward() threw inside a kernel: its values are partial
-  void check_params_unmoved() const;  // backward(): the store still holds the forward's parameters
-  void check_param_unmoved(int i, const char* what) const;  // the same for parameter node i
-  bool param_in_place(int i) const;  // parameter node i's store entry is where the last bind found it
+  void check_layout(const char* what) const;  // the store's layout is the last bind's (see below)
   void check_readable() const {       // values may be read: a forward() completed, none is running
     if (in_use.load(std::memory_order_acquire))
       throw error("executor: a value read while a call on the executor is running (from another thread?)");

@@ -13,7 +13,7 @@ tensor_view<const T> executor<T>::node_value(int i) const {
   p_->check_readable();
   if (p_->plan.order[i]->elem != dtype::real)
     throw error("executor: " + p_->plan.describe(i) + " is not real-valued");
-  if (p_->plan.order[i]->op->role == node_role::param) p_->check_param_unmoved(i, "executor");
+  if (p_->plan.order[i]->op->role == node_role::param) p_->check_layout("executor");
   if (!p_->buffers.value_kept[i])
     throw error("executor: the value of " + p_->plan.describe(i) +
                 " was not kept: its memory is reused once nothing needs it. Call keep(node) before forward(), "
@@ -33,7 +33,7 @@ tensor_view<const T> executor<T>::node_grad(int i) const {
   if (!p_->grad[i])
     throw error("executor: no gradient flows to " + p_->plan.describe(i) +
                 (p_->plan.order[i]->op->role == node_role::input ? " (set exec_options::input_grads)" : ""));
-  if (p_->plan.order[i]->op->role == node_role::param) p_->check_param_unmoved(i, "executor");
+  if (p_->plan.order[i]->op->role == node_role::param) p_->check_layout("executor");
   if (!p_->buffers.grad_kept[i])
     throw error("executor: the gradient of " + p_->plan.describe(i) +
                 " was not kept: its memory is reused once backward is past it. Call keep(node) before forward(), "
@@ -69,7 +69,7 @@ strided_view<const T> executor<T>::output_storage(std::string_view name) const {
   const int i = named_node_index(name);
   p_->check_readable();
   if (p_->plan.order[i]->elem != dtype::real) throw error("executor: " + p_->plan.describe(i) + " is not real-valued");
-  if (p_->plan.order[i]->op->role == node_role::param) p_->check_param_unmoved(i, "executor");
+  if (p_->plan.order[i]->op->role == node_role::param) p_->check_layout("executor");
   const dims_t& d = p_->dims[i];
   const std::int64_t stride = p_->val_stride[i] ? p_->val_stride[i] : (d.rank >= 2 ? d[-2] * d[-1] : d.size());
   return {static_cast<const T*>(p_->val[i]), d, stride};

@@ -1,6 +1,7 @@
-// Packed parameters: tensors in a shared block (tensor::move_into), flat_block's layout,
-// param_store::pack, and the optimizers' one-pass updates over it (against the update written
-// out per element, for any thread count, with parameters added or replaced between steps).
+// Where parameters live: tensors in a shared block (tensor::move_into) that keep their place
+// and shape, flat_block's layout, param_store::pack and the layout changes that alone move a
+// parameter, and the optimizers' updates over the layout they find (against the update written
+// out per element, for any thread count and layout, with parameters added between steps).
 #include <catch2/catch.hpp>
 
 #include <oneapi/tbb/global_control.h>
@@ -50,10 +51,13 @@ void set_grads(param_store<T>& p, int s) {
 
 }  // namespace
 
-TEST_CASE("a tensor in a block: copies are its own, same-shape assignment writes the slot, others detach") {
+TEST_CASE("a tensor in a block: copies are its own, same-shape assignment writes the slot, another shape is refused") {
   param_store<float> p;
   p.set("w", tensor<float>({2, 2}, {1, 2, 3, 4}));
   p.set("x", tensor<float>({3}, {5, 6, 7}));
+  CHECK(p.value("w").in_block());  // set() gives a parameter a block of its own
+  CHECK(p.grad("x").in_block());
+  CHECK(aligned64(p.value("x").data()));
   REQUIRE(p.pack());
   tensor<float>& w = p.value("w");
   REQUIRE(w.in_block());
@@ -88,12 +92,27 @@ TEST_CASE("a tensor in a block: copies are its own, same-shape assignment writes
   CHECK(taken.in_block());
   CHECK(taken[2] == 7.0f);
 
+  // another shape is refused, through the value or the gradient, and changes nothing: only
+  // param_store::set reshapes a parameter (a layout change the executors see)
   param_store<float> r;
-  r.set("w", tensor<float>({2, 2}));
+  r.set("w", tensor<float>({2, 2}, {1, 2, 3, 4}));
   r.pack();
-  r.value("w") = tensor<float>({5}, {1, 2, 3, 4, 5});  // another shape: its own elements
-  CHECK_FALSE(r.value("w").in_block());
-  CHECK(r.value("w")[4] == 5.0f);
+  const auto version = r.layout_version();
+  float* const w_slot = r.value("w").data();
+  CHECK_THAT(message_of([&] { r.value("w") = tensor<float>({5}, {1, 2, 3, 4, 5}); }),
+             Catch::Contains("keeps its shape [2, 2]") && Catch::Contains("shape [5] was assigned"));
+  const tensor<float> six({6});
+  CHECK_THROWS_AS(r.grad("w") = six, shape_error);
+  CHECK(r.value("w").data() == w_slot);
+  CHECK(r.value("w")[3] == 4.0f);
+  CHECK(r.grad("w").dims() == dims_t{2, 2});
+  CHECK(r.packed());
+  CHECK(r.layout_version() == version);
+  r.set("w", tensor<float>({5}, {1, 2, 3, 4, 5}));  // the one way to reshape: a layout change
+  CHECK(r.value("w").dims() == dims_t{5});
+  CHECK(r.grad("w").dims() == dims_t{5});
+  CHECK(r.value("w").in_block());
+  CHECK(r.layout_version() != version);
   CHECK_FALSE(r.packed());
 }
 
@@ -138,13 +157,17 @@ TEMPLATE_TEST_CASE("pack lays values and gradients out 64-byte aligned, in name 
   p.zero_grad();
   for (TestType g : gb.elements()) CHECK(g == TestType(0));
 
-  // a copy of a packed store has its own tensors; a new name unpacks the store
+  // a copy is packed, with blocks of its own; a new name unpacks the store without moving the
+  // others (only pack() moves them)
   auto copy = p;
-  CHECK_FALSE(copy.packed());
+  CHECK(copy.packed());
+  CHECK(same_values(copy, p));
   copy.value("b")[0] = TestType(42);
   CHECK(p.value("b")[0] != TestType(42));
+  const TestType* const d_at = p.value("d").data();
   p.set("aa", tensor<TestType>({3}));
   CHECK_FALSE(p.packed());
+  CHECK(p.value("d").data() == d_at);
   CHECK(p.pack());
   CHECK(p.packed());
   CHECK(same_bits(p.value("d"), before.value("d")));
@@ -170,13 +193,45 @@ TEST_CASE("a moved-from packed store is empty and usable") {
   CHECK(p.value("v")[2] == 3.0f);
 }
 
-TEST_CASE("pack leaves a store whose gradient has another shape than its value unpacked") {
+TEST_CASE("the layout changes only through the store, each change is counted, and nothing else moves a parameter") {
   param_store<float> p;
-  p.set("w", tensor<float>({2, 3}));
-  p.grad("w") = tensor<float>({6});
+  p.set("w", tensor<float>({2, 3}, {1, 2, 3, 4, 5, 6}));
+  auto v = p.layout_version();
+  const auto changed = [&] {
+    const bool c = p.layout_version() != v;
+    v = p.layout_version();
+    return c;
+  };
+  const float* w_at = p.value("w").data();
+  p.set("w", tensor<float>({2, 3}, {6, 5, 4, 3, 2, 1}));  // the same shape: written in place
+  CHECK_FALSE(changed());
+  CHECK(p.value("w").data() == w_at);
+  CHECK(p.value("w")[0] == 6.0f);
+  p.grad("w").fill(1);
+  p.zero_grad();
+  p.value("w") = tensor<float>({2, 3});
+  CHECK_FALSE(changed());
+  CHECK(p.value("w").data() == w_at);
+  p.set("b", tensor<float>({2}));  // a new name
+  CHECK(changed());
+  CHECK(p.value("w").data() == w_at);  // the others stay where they are
+  CHECK(p.pack());                     // packing moves them
+  CHECK(changed());
   CHECK_FALSE(p.pack());
-  CHECK_FALSE(p.packed());
-  CHECK_FALSE(p.value("w").in_block());
+  CHECK_FALSE(changed());
+  const std::vector<std::pair<std::string, dims_t>> more{{"c", dims_t{4}}};
+  p.add_zeros(more);
+  CHECK(changed());
+  p = param_store<float>(p);  // assigned a copy
+  CHECK(changed());
+  w_at = p.value("w").data();
+  sgd<float> opt(p, 0.1, {.momentum = 0.9});  // an optimizer adopts the layout it finds
+  p.grad("w").fill(1);
+  opt.step();
+  opt.zero_grad();
+  clip_grad_norm(p, 1.0);
+  CHECK_FALSE(changed());
+  CHECK(p.value("w").data() == w_at);
 }
 
 namespace {
@@ -195,12 +250,15 @@ struct adam_reference {
 
 }  // namespace
 
-TEST_CASE("adamw over a packed store is the per-element update, for every element and no gap") {
+TEST_CASE("adamw over a packed or an unpacked store is the per-element update, for every element and no gap") {
   auto p = odd_store<double>();
+  const bool packed = GENERATE(true, false);
+  INFO((packed ? "packed" : "each parameter in a block of its own (set())"));
+  if (packed) p.pack();
+  const auto version = p.layout_version();
   const adam_reference ref{.lr = 0.01, .wd = 0.1};
   adamw<double> opt(p, {.lr = ref.lr, .weight_decay = ref.wd});
-  CHECK(p.packed());  // the optimizer packs the store it is given
-  auto expect = p;    // per-element reference state
+  auto expect = p;  // per-element reference state
   std::map<std::string, std::vector<double>> m, v;
   for (auto& [name, e] : expect) {
     m[name].assign(static_cast<std::size_t>(e.value.size()), 0.0);
@@ -222,13 +280,17 @@ TEST_CASE("adamw over a packed store is the per-element update, for every elemen
             Approx(m[name][static_cast<std::size_t>(i)]).epsilon(1e-12).margin(1e-15));
     }
   }
-  for (double x : p.value_block().elements()) CHECK(std::isfinite(x));  // gaps untouched (eps = 0 would give 0/0)
+  CHECK(p.layout_version() == version);  // the optimizer moved nothing
+  CHECK(p.packed() == packed);
+  if (packed)
+    for (double x : p.value_block().elements()) CHECK(std::isfinite(x));  // gaps untouched (eps = 0 would give 0/0)
 }
 
-TEMPLATE_TEST_CASE("optimizer steps give the same bits for 1, 2 and 4 threads", "", float, double) {
-  auto run = [](int threads, const std::string& which) {
+TEMPLATE_TEST_CASE("optimizer steps give the same bits for 1, 2 and 4 threads and either layout", "", float, double) {
+  auto run = [](int threads, const std::string& which, bool packed = true) {
     tbb::global_control limit(tbb::global_control::max_allowed_parallelism, static_cast<std::size_t>(threads));
     auto p = odd_store<TestType>();
+    if (packed) p.pack();
     std::unique_ptr<optimizer<TestType>> opt;
     if (which == "adam") opt = std::make_unique<adam<TestType>>(p, adam_options{.lr = 0.01, .weight_decay = 0.01});
     if (which == "adamw") opt = std::make_unique<adamw<TestType>>(p, adamw_options{.lr = 0.01});
@@ -245,10 +307,11 @@ TEMPLATE_TEST_CASE("optimizer steps give the same bits for 1, 2 and 4 threads", 
     const auto one = run(1, which);
     CHECK(same_values(one, run(2, which)));
     CHECK(same_values(one, run(4, which)));
+    CHECK(same_values(one, run(2, which, false)));
   }
 }
 
-TEST_CASE("a parameter added or reshaped between steps gets new buffers; the others keep theirs") {
+TEST_CASE("a parameter added between steps gets new buffers; the others keep theirs, and nothing moves") {
   // SGD with momentum 0.5 and dampening 0.5: a new buffer starts as the gradient (PyTorch
   // clones d_p), an old one is 0.5 · buf + 0.5 · g. With g = 1 and lr = 1: the first step
   // gives buf = 1, the second 0.5 + 0.5 = 1 (a new buffer would again be 1 by cloning, and
@@ -259,12 +322,16 @@ TEST_CASE("a parameter added or reshaped between steps gets new buffers; the oth
   p.grad("a").fill(1);
   opt.step();
   CHECK(p.value("a")[0] == -1.0);
-  p.set("b", tensor<double>({2}, {10, 10}));  // new name: the store is unpacked until the next step
+  p.set("b", tensor<double>({2}, {10, 10}));  // new name: the store is no longer packed
   CHECK_FALSE(p.packed());
+  const double* const a_at = p.value("a").data();
+  const double* const b_at = p.value("b").data();
   p.grad("a").fill(1);
   p.grad("b").fill(1);
   opt.step();
-  CHECK(p.packed());
+  CHECK_FALSE(p.packed());  // the optimizer works on the layout it finds
+  CHECK(p.value("a").data() == a_at);
+  CHECK(p.value("b").data() == b_at);
   CHECK(p.value("a")[2] == -2.0);  // buf 0.5 · 1 + 0.5 · 1
   CHECK(p.value("b")[1] == 9.0);   // buf 1 (new: the gradient)
   CHECK(opt.state().buffers.at("momentum_buffer").at("b")[0] == 1.0);
@@ -281,25 +348,40 @@ TEST_CASE("a parameter added or reshaped between steps gets new buffers; the oth
   CHECK(p.value("b")[0] == 9.0 - 0.5);   // buf = 0.5 · 1 + 0.5 · 0
 }
 
-TEST_CASE("an optimizer made after forward() moves the parameters: backward and read-backs refuse, forward rebinds") {
+TEST_CASE("an optimizer made after forward() moves nothing: it and the executor share the store's one layout") {
   auto x = input<"x", shape<dyn<"T">, fix<3>>>();
   auto w = param<"w", shape<fix<2>, fix<3>>>();
   auto g = make_graph(sum(matmul(x, transpose<1, 0>(w))));
-  param_store<float> params;  // set(): its own tensor (make_params packs the store)
+  param_store<float> params;
   params.set("w", tensor<float>({2, 3}, {1, 2, 3, 4, 5, 6}));
+  const float* const w_at = params.value("w").data();
+  const float* const g_at = params.grad("w").data();
   auto run = g.executor<float>(params);
   tensor<float> xs({2, 3}, {1, 2, 3, 4, 5, 6});
   run.forward({{"x", xs}});
-  CHECK_FALSE(params.packed());
-  sgd<float> opt(params, 0.1);  // packs the store: the parameters move
-  CHECK(params.packed());
-  CHECK_THAT(message_of([&] { run.backward(); }), Catch::Contains("\"w\" was replaced in the store after forward()"));
-  run.forward({{"x", xs}});
+  sgd<float> opt(params, 0.1);  // after forward(): the parameters stay where the executor bound them
   run.backward();
   CHECK(params.grad("w")[0] == 5.0f);  // Σ_t x[t, 0]
   CHECK(params.grad("w")[5] == 9.0f);
+  CHECK(params.grad("w").data() == g_at);
+  CHECK(run.grad(w).data == g_at);  // the executor reads and writes the store's own memory
+  CHECK(run.value(w).data == w_at);
   opt.step();
-  CHECK(run.grad(w)[0] == 5.0f);  // the same gradient, read through the executor
+  CHECK(params.value("w").data() == w_at);
+  CHECK(params.value("w")[0] == Approx(1.0f - 0.1f * 5.0f));
+  CHECK(run.value(w)[0] == params.value("w")[0]);  // the update is what the executor sees
+
+  // A layout change the user makes between forward() and backward() (here a packed store
+  // made from this one) is refused with a clear error, and the next forward() binds anew.
+  run.forward({{"x", xs}});
+  params = param_store<float>(params);
+  CHECK_THAT(message_of([&] { run.backward(); }), Catch::Contains("the parameter store's layout changed after forward()"));
+  CHECK_THAT(message_of([&] { (void)run.value(w); }), Catch::Contains("layout changed"));
+  params.zero_grad();
+  run.forward({{"x", xs}});
+  run.backward();
+  CHECK(params.grad("w")[0] == 5.0f);
+  CHECK(run.grad(w).data == params.grad("w").data());
 }
 
 TEST_CASE("make_params makes a packed store with the values the unpacked path makes") {
@@ -307,18 +389,17 @@ TEST_CASE("make_params makes a packed store with the values the unpacked path ma
   auto g = make_graph(sum(nn::linear<"b", 4>(nn::linear<"a", 3>(x))));
   auto params = g.make_params<double>(7);
   CHECK(params.packed());
-  // a store that cannot be packed (a gradient of another shape than its value) takes the
-  // parameters one by one through set(), as before packing existed: the same seed must give
-  // the same bits (values drawn in plan order either way)
-  param_store<double> unpackable;
-  unpackable.set("zz", tensor<double>({2}));
-  unpackable.grad("zz") = tensor<double>({3});
-  init_params(g.plan(), unpackable, 7);
-  CHECK_FALSE(unpackable.packed());
-  CHECK_FALSE(unpackable.value("a.weight").in_block());
+  // a store given a parameter by set() first is packed with the others by init_params; the
+  // same seed gives the same bits (values drawn in plan order either way), and the parameter
+  // set() gave keeps its value
+  param_store<double> started;
+  started.set("zz", tensor<double>({2}, {3, 4}));
+  init_params(g.plan(), started, 7);
+  CHECK(started.packed());
+  CHECK(started.value("zz")[1] == 4.0);
   for (auto& [name, e] : params) {
     INFO(name);
-    CHECK(same_bits(e.value, unpackable.value(name)));
+    CHECK(same_bits(e.value, started.value(name)));
   }
   CHECK(params.size() == 4);
   for (auto& [name, e] : params) {

@@ -34,9 +34,7 @@ void require(bool ok, const std::string& what) {
 // ---- optimizer ----
 
 template <class T>
-optimizer<T>::optimizer(param_store<T>& params, double lr) : lr_(lr), params_(params) {
-  params_.pack();  // before the first forward() binds to the tensors' addresses
-}
+optimizer<T>::optimizer(param_store<T>& params, double lr) : lr_(lr), params_(params) {}
 
 template <class T>
 void optimizer<T>::set_lr(double lr) {
@@ -46,11 +44,8 @@ void optimizer<T>::set_lr(double lr) {
 
 template <class T>
 void optimizer<T>::step() {
-  // Check every shape before changing anything.
+  // Check every shape before changing anything (a parameter set() to another shape since).
   for (const auto& [param, e] : params_) {
-    if (!(e.grad.dims() == e.value.dims()))
-      throw shape_error(std::string(name()) + ": the gradient of \"" + param + "\" has shape " + e.grad.dims().str() +
-                        ", its value " + e.value.dims().str());
     for (const auto& [kind, by_param] : state_.buffers) {
       auto it = by_param.find(param);
       if (it != by_param.end() && !(it->second.dims() == e.value.dims()))
@@ -62,17 +57,26 @@ void optimizer<T>::step() {
     throw value_error(std::string(name()) + ": the step count " + std::to_string(state_.step) +
                       " cannot grow any further");
   if (schedule_) set_lr(schedule_(state_.step + 1));
-  params_.pack();  // the store may have changed (a new parameter, a new shape) since the last step
   try {
-    // pieces of at most `grain` elements (none spans two parameters), for for_elements
+    // pieces of at most `grain` elements (none spans two parameters), for for_elements: each
+    // parameter where the store has it (the optimizer never moves one), its buffers where
+    // packed() lays them out
     constexpr std::int64_t grain = 16384;  // 64 KiB of floats per array: a TBB task's worth
     pieces_.clear();
-    const auto segments = params_.value_block().segments();
-    buffer_base_ = first_ < segments.size() ? segments[first_].offset : 0;
-    for (std::size_t k = 0; k < segments.size(); ++k)
+    std::vector<std::int64_t> sizes;
+    std::size_t k = 0;
+    for (const auto& [name, e] : params_)
+      if (owns(k++)) sizes.push_back(e.value.size());
+    const auto buffers = flat_block<T>::lay_out(sizes);
+    k = 0;
+    std::size_t j = 0;
+    for (auto& [name, e] : params_) {
       if (owns(k))
-        for (std::int64_t at = 0; at < segments[k].size; at += grain)
-          pieces_.push_back({segments[k].offset + at, std::min(grain, segments[k].size - at), k});
+        for (std::int64_t at = 0, n = e.value.size(); at < n; at += grain)
+          pieces_.push_back(
+              {e.value.data() + at, e.grad.data() + at, buffers[j].offset + at, std::min(grain, n - at), k});
+      j += owns(k++) ? 1 : 0;
+    }
     prepare();
   } catch (...) {
     if (state_.step == 0) state_.buffers.clear();  // no half-made buffers before the first step
@@ -140,7 +144,7 @@ template <class T>
 template <class Fn>
 void optimizer<T>::for_elements(const Fn& fn) const {
   tbb::parallel_for(tbb::blocked_range<std::size_t>(0, pieces_.size()), [&](const tbb::blocked_range<std::size_t>& r) {
-    for (std::size_t i = r.begin(); i != r.end(); ++i) fn(pieces_[i].offset, pieces_[i].n, pieces_[i].param);
+    for (std::size_t i = r.begin(); i != r.end(); ++i) fn(pieces_[i]);
   });
 }
 
@@ -298,8 +302,6 @@ LOOM_VECTOR_CLONES void sgd_elements(const sgd_step<T> k, T* __restrict p, const
 template <class T>
 void sgd<T>::update() {
   const bool momentum = options_.momentum != 0;
-  T* const p = this->params().value_block().elements().data();
-  const T* const grad = this->params().grad_block().elements().data();
   T* const buf = buf_;
   const sgd_step<T> base{momentum,
                          options_.nesterov,
@@ -309,11 +311,10 @@ void sgd<T>::update() {
                          static_cast<T>(options_.weight_decay),
                          static_cast<T>(options_.momentum),
                          static_cast<T>(1 - options_.dampening)};
-  const std::int64_t b0 = this->buffer_base();
-  this->for_elements([&](std::int64_t offset, std::int64_t n, std::size_t param) {
+  this->for_elements([&](const typename optimizer<T>::piece& w) {
     sgd_step<T> k = base;
-    k.first = momentum && fresh_[param] != 0;  // its buffer was made this step
-    sgd_elements(k, p + offset, grad + offset, momentum ? buf + (offset - b0) : nullptr, n);
+    k.first = momentum && fresh_[w.param] != 0;  // its buffer was made this step
+    sgd_elements(k, w.value, w.grad, momentum ? buf + w.buffer : nullptr, w.n);
   });
 }
 
@@ -398,13 +399,10 @@ void adam<T>::update() {
   const T decay = static_cast<T>(1 - this->lr_ * options_.weight_decay);  // AdamW's p *= 1 − lr·wd
   const adam_step<T> k{decoupled_, options_.weight_decay != 0, decay, wd, beta1, beta2, one_minus_beta1,
                        one_minus_beta2, bias_correction2_sqrt, eps, step_size};
-  T* const p = this->params().value_block().elements().data();
-  const T* const grad = this->params().grad_block().elements().data();
   T* const m = m_;
   T* const v = v_;
-  const std::int64_t b0 = this->buffer_base();
-  this->for_elements([&](std::int64_t offset, std::int64_t n, std::size_t) {
-    adam_elements(k, p + offset, grad + offset, m + (offset - b0), v + (offset - b0), n);
+  this->for_elements([&](const typename optimizer<T>::piece& w) {
+    adam_elements(k, w.value, w.grad, m + w.buffer, v + w.buffer, w.n);
   });
 }
 

@@ -55,23 +55,21 @@ class flat_block {
   /// changed.
   template <class Range>
   void pack(const Range& ts, std::span<const dims_t> shapes = {}) {
-    std::vector<segment> segments;
-    std::int64_t total = 0;
+    std::vector<std::int64_t> sizes;
     std::size_t k = 0;
     for (const tensor<T>* t : ts) {
-      const std::int64_t n = shapes.empty() ? t->size() : shapes[k].size();
-      segments.push_back({total, n});
-      total = round_up(total + n);
+      sizes.push_back(shapes.empty() ? t->size() : shapes[k].size());
       ++k;
     }
-    std::shared_ptr<T> block = allocate(total);  // the only step that may fail
-    k = 0;
+    std::vector<segment> segments = lay_out(sizes);
+    std::shared_ptr<T> block = allocate(segments.empty() ? 0 : round_up(segments.back().offset + segments.back().size));
+    k = 0;  // the allocation was the only step that may fail
     for (tensor<T>* t : ts) {
       std::shared_ptr<T> slot(block, block.get() + segments[k].offset);
       if (shapes.empty() || t->dims() == shapes[k])
         t->move_into(std::move(slot));
       else
-        *t = tensor<T>::placed(shapes[k], std::move(slot));
+        t->reseat(tensor<T>::placed(shapes[k], std::move(slot)));
       ++k;
     }
     block_ = std::move(block);
@@ -91,6 +89,19 @@ class flat_block {
   }
   std::span<const segment> segments() const { return segments_; }
   bool empty() const { return segments_.empty(); }
+
+  /// The segments pack() makes for tensors of these sizes, in order: each starts at the first
+  /// multiple of `align` after the previous one ends.
+  static std::vector<segment> lay_out(std::span<const std::int64_t> sizes) {
+    std::vector<segment> segments;
+    segments.reserve(sizes.size());
+    std::int64_t total = 0;
+    for (std::int64_t n : sizes) {
+      segments.push_back({total, n});
+      total = round_up(total + n);
+    }
+    return segments;
+  }
 
   /// Elements per 64 bytes: each segment starts at a multiple of it.
   static constexpr std::int64_t align = 64 / static_cast<std::int64_t>(sizeof(T)) > 0 ? 64 / sizeof(T) : 1;

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <map>
@@ -19,13 +20,20 @@ namespace loom {
 
 /// Parameters by name (PyTorch state_dict keys where a layer mirrors a PyTorch module), each
 /// with a gradient of the same shape. Iteration is in name order, so it is deterministic.
-/// The executor looks parameters up by name at every forward(), so replacing a value (say,
-/// after loading a checkpoint) is seen by the next step.
 ///
-/// pack() (which the optimizers call) lays all values out in one block and all gradients in
-/// another, so that an update is one pass over each. Assigning a tensor of the same shape to a
-/// packed value or gradient writes into its place; any other change (a new name, a new
-/// shape) leaves the store unpacked until the next pack().
+/// Where the elements live. Every value and gradient is a tensor in a block (tensor::in_block),
+/// so it keeps its address and its shape: assigning a tensor of the same shape writes into it,
+/// another shape is refused. Only these calls change the store's layout (where the elements
+/// are), and each changes layout_version():
+///   - set() of a new name, or of another shape than the parameter has;
+///   - add_zeros() (make_params: it packs the store, see pack());
+///   - pack() of a store that is not packed;
+///   - assigning a whole store to this one (a copy is packed; a move takes the other's blocks).
+/// Nothing else in loom changes the layout. make_params makes the store packed, and the
+/// optimizers, data-parallel training and the checkpoint loaders work on the layout they find
+/// (loading writes the values into their places). An executor finds its parameters by name
+/// when it first binds and again only after a layout change, which it refuses between a
+/// forward() and its backward() (call forward() again).
 template <class T>
 class param_store {
  public:
@@ -35,23 +43,37 @@ class param_store {
   };
 
   param_store() = default;
-  /// A copy has tensors of its own (unpacked).
-  param_store(const param_store& o) : entries_(o.entries_) {}
+  /// A packed copy with values and gradients of its own.
+  param_store(const param_store& o) {
+    std::vector<dims_t> shapes;
+    shapes.reserve(o.entries_.size());
+    for (const auto& [name, e] : o.entries_) {
+      entries_.try_emplace(entries_.end(), name);  // empty tensors until packed
+      shapes.push_back(e.value.dims());
+    }
+    pack_blocks(shapes);
+    auto it = entries_.begin();
+    for (const auto& [name, e] : o.entries_) {
+      std::copy(e.value.values().begin(), e.value.values().end(), it->second.value.data());
+      std::copy(e.grad.values().begin(), e.grad.values().end(), it->second.grad.data());
+      ++it;
+    }
+  }
+  /// Takes o's parameters where they are; o is left empty (a layout change for both).
   param_store(param_store&& o) noexcept
       : entries_(std::move(o.entries_)), values_(std::move(o.values_)), grads_(std::move(o.grads_)) {
+    o.entries_.clear();
     o.version_ = next_version();
   }
+  /// Becomes a packed copy of o (on failure, *this is unchanged).
   param_store& operator=(const param_store& o) {
-    if (this == &o) return *this;
-    entries_ = o.entries_;
-    values_.reset();
-    grads_.reset();
-    version_ = next_version();
+    if (this != &o) *this = param_store(o);
     return *this;
   }
   param_store& operator=(param_store&& o) noexcept {
     if (this == &o) return *this;
     entries_ = std::move(o.entries_);
+    o.entries_.clear();
     values_ = std::move(o.values_);  // a moved-from flat_block is empty
     grads_ = std::move(o.grads_);
     version_ = next_version();
@@ -59,20 +81,35 @@ class param_store {
     return *this;
   }
 
-  /// Adds or replaces a parameter; its gradient is reset to zeros of the same shape.
+  /// Sets a parameter's value and its gradient to zeros. For a parameter of the same shape,
+  /// the value is written into its place (no layout change: an executor goes on reading it).
+  /// A new name, or another shape, gives the parameter a block of its own (a layout change;
+  /// the store is then not packed()). On failure (no memory) the store is unchanged.
   tensor<T>& set(std::string name, tensor<T> value) {
-    const auto [it, added] = entries_.try_emplace(std::move(name));
-    if (added) version_ = next_version();
-    entry& e = it->second;
-    e.grad = tensor<T>(value.dims());
-    e.value = std::move(value);
+    if (entry* e = find(name); e && e->value.dims() == value.dims()) {
+      e->value = std::move(value);  // into its slot
+      e->grad.fill(T(0));
+      return e->value;
+    }
+    entry placed;  // both in one new block: the value moved in, the gradient zeros
+    placed.value = std::move(value);
+    {
+      const dims_t shape = placed.value.dims();
+      const std::array<dims_t, 2> shapes{shape, shape};
+      flat_block<T> block;
+      block.pack(std::array<tensor<T>*, 2>{&placed.value, &placed.grad}, shapes);
+    }  // the tensors keep their block alive
+    entry& e = entries_[std::move(name)];
+    e.value.reseat(std::move(placed.value));
+    e.grad.reseat(std::move(placed.grad));
+    version_ = next_version();
     return e.value;
   }
   /// Adds zero-filled parameters (with zero gradients) under names not yet in the store and
   /// packs the store (see pack), making each new value and gradient directly in the blocks:
   /// no tensor of its own first, so the store's memory is never held twice (make_params uses
-  /// it). Throws value_error (changing nothing) if a name is already in the store or given
-  /// twice. If some gradient's shape is not its value's, adds them unpacked, as set() would.
+  /// it). A layout change. Throws value_error (changing nothing) if a name is already in the
+  /// store or given twice.
   void add_zeros(std::span<const std::pair<std::string, dims_t>> added) {
     std::vector<const std::pair<std::string, dims_t>*> by_name;  // `added` in name order
     for (const auto& a : added) by_name.push_back(&a);
@@ -80,12 +117,6 @@ class param_store {
     for (std::size_t k = 0; k < by_name.size(); ++k)
       if (contains(by_name[k]->first) || (k > 0 && by_name[k - 1]->first == by_name[k]->first))
         throw value_error("param_store: parameter \"" + by_name[k]->first + "\" is already there");
-    bool packable = true;
-    for (const auto& [name, e] : entries_) packable = packable && e.grad.dims() == e.value.dims();
-    if (!packable) {
-      for (const auto& [name, dims] : added) set(name, tensor<T>(dims));
-      return;
-    }
     for (const auto& [name, dims] : added) entries_.try_emplace(name);  // empty tensors until packed
     version_ = next_version();
     try {
@@ -110,9 +141,10 @@ class param_store {
     return it == entries_.end() ? nullptr : &it->second;
   }
   const entry* find(std::string_view name) const { return const_cast<param_store*>(this)->find(name); }
-  /// Changes whenever an entry may have been added or removed or have moved: a name added by
-  /// set(), the store copied or moved into (or moved from). An executor keeps the entries it
-  /// found by name and looks them up again only when this changes. Unique across stores.
+  /// Changes with every layout change (see the class comment): a name added, a parameter
+  /// reshaped, the store packed, copied or moved into (or moved from). An executor keeps the
+  /// entries it found by name and the addresses it bound, and looks them up again only when
+  /// this changes. Unique across stores.
   std::uint64_t layout_version() const { return version_; }
   /// The parameter's value; throws missing_error naming it if absent.
   tensor<T>& value(std::string_view name) { return get(name).value; }
@@ -132,16 +164,15 @@ class param_store {
 
   /// Lays every value out in one block and every gradient in another, in name order, each
   /// tensor on a 64-byte boundary and at the same offset in both blocks, unless they already
-  /// are (packed()). Returns whether it moved them: then their addresses changed, and an
-  /// executor bound to the store binds again at its next forward() (between a forward() and
-  /// its backward() it refuses, as for any replaced parameter). Leaves the store as it is if a
-  /// gradient's shape is not its value's (the optimizers refuse such a store). On failure (no
-  /// memory) every tensor keeps its elements, and the store may be left unpacked.
+  /// are (packed()). Returns whether it moved them: a layout change, so an executor bound to
+  /// the store binds again at its next forward() (and refuses a backward() before it). make_params
+  /// makes a packed store; a store built with set() can be packed once, before any executor
+  /// runs on it (data-parallel training needs a packed store). On failure (no memory) every
+  /// tensor keeps its elements and its place.
   bool pack() {
     if (packed()) return false;
-    for (const auto& [name, e] : entries_)
-      if (!(e.grad.dims() == e.value.dims())) return false;
     pack_blocks({});
+    version_ = next_version();
     return true;
   }
   /// Whether every value and gradient is where pack() put it.
@@ -179,7 +210,7 @@ class param_store {
     return last.fetch_add(1, std::memory_order_relaxed) + 1;
   }
   // New blocks for the values and the gradients (flat_block::pack with these shapes, or each
-  // tensor's own when empty), adopted once both are made.
+  // tensor's own when empty), adopted once both are made. The caller changes version_.
   void pack_blocks(std::span<const dims_t> shapes) {
     flat_block<T> values, grads;
     values.pack(members(&entry::value), shapes);

@@ -112,9 +112,9 @@ struct tensor_view {
 /// A contiguous, row-major n-d array of T (float, double, int32, uint8) with value semantics:
 /// copies are deep. Its elements are its own, or (in_block) a slot of a block shared with
 /// other tensors: param_store lays its parameters out that way so that an optimizer updates
-/// them in one pass. Assigning a tensor of the same shape to a tensor in a block writes the
-/// elements into its slot, so the block keeps its layout; assigning another shape gives it
-/// elements of its own.
+/// them in one pass. A tensor in a block keeps its slot and its shape: assigning a tensor of
+/// the same shape writes the elements into the slot, and assigning another shape throws
+/// shape_error (a parameter changes shape through param_store::set, which the executors see).
 template <class T>
 class tensor {
  public:
@@ -157,29 +157,30 @@ class tensor {
       : dims_(o.dims_), own_(std::move(o.own_)), block_(std::move(o.block_)), data_(o.data_) {
     o.clear();
   }
+  /// Copies o's elements; into the slot when in a block (another shape: shape_error, *this unchanged).
   tensor& operator=(const tensor& o) {
     if (this == &o) return *this;
-    if (block_ && dims_ == o.dims_) {  // keep the slot
+    if (block_) {  // keep the slot
+      check_keeps_shape(o);
       std::copy(o.data_, o.data_ + o.stored(), data_);
       return *this;
     }
     own_.assign(o.data_, o.data_ + o.stored());  // may throw: *this is unchanged then
-    block_.reset();
     dims_ = o.dims_;
     data_ = own_.data();
     return *this;
   }
-  tensor& operator=(tensor&& o) noexcept {
+  /// Takes o's elements (or its slot); a tensor in a block copies them into its slot instead
+  /// (another shape: shape_error, both unchanged). o is left empty unless that throws.
+  tensor& operator=(tensor&& o) {
     if (this == &o) return *this;
-    if (block_ && dims_ == o.dims_) {  // keep the slot
+    if (block_) {  // keep the slot
+      check_keeps_shape(o);
       if (o.data_ != data_) std::copy(o.data_, o.data_ + o.stored(), data_);
-    } else {
-      dims_ = o.dims_;
-      own_ = std::move(o.own_);
-      block_ = std::move(o.block_);
-      data_ = o.data_;
+      o.clear();
+      return *this;
     }
-    o.clear();
+    reseat(std::move(o));
     return *this;
   }
   ~tensor() = default;
@@ -204,8 +205,26 @@ class tensor {
   void fill(T v) { std::fill(data_, data_ + stored(), v); }
 
  private:
+  template <class>
+  friend class flat_block;
+  template <class>
+  friend class param_store;
   // The number of elements held: size(), or 0 for a default-constructed or moved-from tensor.
   std::size_t stored() const { return data_ ? static_cast<std::size_t>(dims_.size()) : 0; }
+  void check_keeps_shape(const tensor& o) const {
+    if (!(o.dims_ == dims_))
+      throw shape_error("tensor: a tensor in a block (a parameter, its gradient or an optimizer buffer) keeps its "
+                        "shape " + dims_.str() + "; a tensor of shape " + o.dims_.str() +
+                        " was assigned to it (param_store::set changes a parameter's shape)");
+  }
+  // Becomes o, slot or not, whatever the shapes (flat_block and param_store lay tensors out).
+  void reseat(tensor&& o) noexcept {
+    dims_ = o.dims_;
+    own_ = std::move(o.own_);
+    block_ = std::move(o.block_);
+    data_ = o.data_;
+    o.clear();
+  }
   void clear() noexcept {
     dims_ = dims_t{};
     own_.clear();

@@ -72,7 +72,8 @@ class data_parallel final : public gradient_sync<T> {
   /// distributed::save_checkpoint gathers the whole state to rank 0, and
   /// distributed::load_checkpoint loads any checkpoint into it, so checkpoints stay whole and
   /// resume at any world size, sharded or not. `opt` must update this object's store and
-  /// outlive it. Throws value_error for an optimizer of another store.
+  /// outlive it. Throws value_error for an optimizer of another store, or a store that is not
+  /// packed (param_store::pack; make_params makes it packed).
   void shard_optimizer(optimizer<T>& opt);
   /// Where rank r's share starts, for r = 0..size(), in the store's name order (the last entry
   /// is the number of parameters): the share of rank r is [bounds[r], bounds[r + 1]).

@@ -5,10 +5,11 @@
 // its value in place. Its state — the step count and per-parameter buffers such as Adam's
 // exp_avg — is exposed so that checkpoints can save and restore it exactly.
 //
-// The optimizers pack the store (param_store::pack) and keep their buffers in blocks with the
-// same layout, so a step is one pass over a few long arrays, split over the calling thread's
-// TBB arena (all cores unless a tbb::global_control or task_arena limits it). Every element
-// is computed on its own, so the results are the same for any number of threads.
+// The optimizers work on the store's layout as they find it (make_params packs it once; they
+// never move a parameter) and keep their buffers in blocks of the same segments, so a step over
+// a packed store is one pass over a few long arrays, split over the calling thread's TBB arena
+// (all cores unless a tbb::global_control or task_arena limits it). Every element is computed
+// on its own, so the results are the same for any number of threads and any layout.
 //
 //   adamw<float> opt(params, {.lr = 3e-4, .weight_decay = 0.1});
 //   opt.set_schedule(warmup_cosine(3e-4, 100, 10000));
@@ -83,9 +84,8 @@ class optimizer {
   /// parameters [first, end) of the store in name order; step() leaves the others as they
   /// are (another process updates them, and their values are copied in afterwards), and their
   /// buffers are dropped now. shard(0, params().size()) is the whole store again: the others'
-  /// buffers are then absent until loaded (load_state) or, before the first step, made. The
-  /// range's buffers take the store's layout from `first` on, so an update is the same
-  /// element-wise pass as unsharded: the same bits. Throws value_error for a range outside the
+  /// buffers are then absent until loaded (load_state) or, before the first step, made. Every
+  /// element is updated on its own, so the shard's values are the same bits as unsharded. Throws value_error for a range outside the
   /// store.
   void shard(std::size_t first, std::size_t end);
   /// The shard: [first, end) in the store's name order; [0, params().size()) when unsharded.
@@ -106,19 +106,23 @@ class optimizer {
   virtual void prepare() = 0;
   /// Updates every parameter; state_.step has already been incremented.
   virtual void update() = 0;
-  /// The buffers of `kind`, one per parameter and laid out as the store's values (created as
-  /// zeros where absent): the base of their block, whose segments are the store's. If `created`
+  /// The buffers of `kind`, one per parameter of the shard in name order (created as zeros where
+  /// absent): the base of their block, laid out as flat_block::lay_out does. If `created`
   /// is given, it receives, per parameter in name order, whether its buffer was created now.
   T* packed(const std::string& kind, std::vector<char>* created = nullptr);
-  /// Runs fn(offset, n, param) over the elements of every parameter in the store's packed
-  /// layout (never the gaps between them; param: the parameter's index in name order), in
-  /// parallel on the calling thread's TBB arena. Each element is visited once, so results do
-  /// not depend on the number of threads.
+  /// n consecutive elements of one parameter: its value and gradient from `value` and `grad`
+  /// on, its buffers from element `buffer` on of each block packed() returns.
+  struct piece {
+    T* value;
+    const T* grad;
+    std::int64_t buffer, n;
+    std::size_t param;  // the parameter's index in name order
+  };
+  /// Runs fn(piece) over the elements of every parameter of the shard (never the gaps between
+  /// them), in parallel on the calling thread's TBB arena. Each element is visited once, so
+  /// results do not depend on the number of threads.
   template <class Fn>
   void for_elements(const Fn& fn) const;
-  /// Where the shard's first parameter starts in the store's packed layout: a buffer element
-  /// of value element `offset` is at `offset - buffer_base()` in the buffers' blocks.
-  std::int64_t buffer_base() const { return buffer_base_; }
   optimizer_state<T> state_;
   double lr_;
 
@@ -126,13 +130,8 @@ class optimizer {
   param_store<T>& params_;
   std::function<double(std::int64_t)> schedule_;
   std::map<std::string, flat_block<T>> blocks_;  // where packed() put the buffers of each kind
-  struct piece {
-    std::int64_t offset, n;
-    std::size_t param;  // the parameter's index in name order
-  };
   std::vector<piece> pieces_;  // for_elements' work, made by step() before prepare()
   std::size_t first_ = 0, end_ = SIZE_MAX;  // the shard (SIZE_MAX: to the end of the store)
-  std::int64_t buffer_base_ = 0;          // buffer_base(), set by step()
   bool owns(std::size_t k) const { return k >= first_ && k < std::min(end_, params_.size()); }
   std::set<std::string_view, std::less<>> owned_names() const;  // the shard's parameters, by name
 };
