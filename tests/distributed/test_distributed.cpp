@@ -318,6 +318,25 @@ TEST_CASE("a rank with a different model is refused at start") {
   CHECK_THAT(message, Contains("rank 1: \"loom model\""));
 }
 
+TEST_CASE("sharding needs a packed store, and a layout change after sharding is refused") {
+  auto g = make_graph(chosen_gradient_loss());
+  param_store<float> params;  // built with set(): each parameter in a block of its own
+  params.set("p", tensor<float>({11}));
+  auto run = g.executor<float>(params, {.threads = 1});
+  distributed::data_parallel<float> dp(world(), run, params);
+  sgd<float> opt(params, 0.1);
+  CHECK_THAT(test::message_of([&] { dp.shard_optimizer(opt); }), Contains("the parameter store is not packed"));
+  params.pack();
+  dp.shard_optimizer(opt);
+  dp.after_update();  // nothing changed: the values are gathered
+  params.set("p", tensor<float>({11}));  // the same shape: written in place, no layout change
+  dp.after_update();
+  params.pack();  // already packed: nothing moves
+  dp.after_update();
+  params.set("q", tensor<float>({2}));  // a new name: the layout changed on every rank
+  CHECK_THAT(test::message_of([&] { dp.after_update(); }), Contains("layout changed after shard_optimizer"));
+}
+
 TEST_CASE("parameters that drift apart are caught by their checksums") {
   auto params = fresh(1);
   distributed::broadcast_parameters(world(), params);
