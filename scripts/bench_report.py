@@ -64,7 +64,7 @@ def report(results, meta):
       f"in its own process" + (f"; {meta['rounds']} rounds, one after the other, and each framework's faster "
                                 "round counts (a note shows rounds more than 15% apart)" if meta["rounds"] > 1 else ""))
     w(f"- loom {meta['commit']}; PyTorch {meta['torch_version']}; {meta['cpu']}, {meta['ncpu']} CPUs; "
-      f"OpenBLAS {meta['blas']} for both")
+      f"{meta['blas']}")
     w("- PyTorch threading (see `THREADING` in scripts/bench_torch_cases.py; where two are listed, both ran and "
       "the faster counts, named in the notes): " + "; ".join(
         f"{n} thread{'s' if n > 1 else ''}: " + " or ".join(f"`{t}` ({describe_threading(t, n)})"

@@ -14,6 +14,11 @@ steps. The table also goes to BUILD_DIR/bench_vs_torch.md (raw results: bench_vs
 
 PyTorch 1.13 (Debian's build: ATen on OpenMP/libgomp, BLAS = the system's OpenBLAS pthread
 build, the same library loom calls) must be importable by /usr/bin/python3.
+
+OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE, which some machines set for older OpenBLAS builds and
+which force its AVX2 kernels, are removed for both frameworks when torch.mm is correct without
+them (checked against float64 at the start of the run; --blas-env inherit|unset forces either).
+The table says which setting ran and what the check measured.
 """
 import argparse
 import json
@@ -134,6 +139,56 @@ class Idle:
         return busy
 
 
+# OpenBLAS settings some machines put in the environment for older OpenBLAS builds: they force
+# its AVX2 kernels, which halves PyTorch's GEMM speed on CPUs with full-width AVX-512.
+BLAS_OVERRIDES = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
+
+BLAS_CHECK = """
+import json, time, torch
+torch.manual_seed(0)
+torch.set_num_threads(1)
+a, b = torch.randn(1024, 1024), torch.randn(1024, 1024)
+c = torch.mm(a, b)
+ref = torch.mm(a.double(), b.double())
+err = ((c.double() - ref).abs().max() / ref.abs().max()).item()
+times = []
+for _ in range(5):
+    t0 = time.perf_counter(); torch.mm(a, b); times.append(time.perf_counter() - t0)
+print(json.dumps({"rel_err": err, "gflops": 2 * 1024 ** 3 / sorted(times)[2] / 1e9}))
+"""
+
+
+def blas_environment(choice):
+    """The environment both frameworks run in, and a sentence for the table. With `auto`,
+    OPENBLAS_CORETYPE/OPENBLAS_L2_SIZE are removed when torch.mm (1024³, float32, the same
+    OpenBLAS loom calls) is still correct without them against float64 (max error ≤ 1e-4 of the
+    largest element), and kept otherwise; `inherit` and `unset` force either."""
+    inherited = dict(os.environ)
+    unset = {k: v for k, v in os.environ.items() if k not in BLAS_OVERRIDES}
+    given = ", ".join(f"{k}={os.environ[k]}" for k in BLAS_OVERRIDES if k in os.environ)
+    if not given:
+        return inherited, "OpenBLAS with its own core detection (no override in the environment)"
+    if choice == "inherit":
+        return inherited, f"OpenBLAS with the environment's {given} (--blas-env inherit)"
+    checks = {}
+    for label, env in (("set", inherited), ("unset", unset)):
+        one = {**env, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+        proc = subprocess.run([sys.executable, "-c", BLAS_CHECK], capture_output=True, text=True, env=one)
+        lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
+        checks[label] = json.loads(lines[-1]) if proc.returncode == 0 and lines else None
+    def said(label):
+        c = checks[label]
+        return "failed to run" if c is None else f"max error {c['rel_err']:.1e}, {c['gflops']:.0f} GFLOP/s"
+    detail = f"torch.mm 1024³ at 1 thread: with {given} {said('set')}; without {said('unset')}"
+    if choice == "unset":
+        return unset, f"OpenBLAS with {given} removed (--blas-env unset; {detail})"
+    ok = checks["unset"] is not None and checks["unset"]["rel_err"] <= 1e-4
+    if ok:
+        return unset, f"OpenBLAS with {given} removed from the environment, for both ({detail})"
+    return inherited, (f"OpenBLAS with the environment's {given}, for both: without them torch.mm was not "
+                       f"correct ({detail})")
+
+
 def prepare_out_dir(out_dir):
     """Creates the output folder and proves it writable, before a run of many minutes (not after)."""
     try:
@@ -162,6 +217,8 @@ def drive(args):
     settings = {n: parse_settings(args.torch_threading) if args.torch_threading else default_threading(n)
                 for n in threads}
 
+    env, blas = blas_environment(args.blas_env)
+    print(f"bench_vs_torch: {blas}", file=sys.stderr, flush=True)
     start = time.time()
     load_start = loadavg()
     results = []
@@ -179,7 +236,7 @@ def drive(args):
                    "--torch-threading", setting]
         if args.quick:
             cmd.append("--quick")
-        r = run_measured(cmd)
+        r = run_measured(cmd, env)
         r["busy_before_pct"] = busy
         r["round"] = rnd
         results.append(r)
@@ -195,7 +252,7 @@ def drive(args):
             "ncpu": ncpu, "threading": settings, "load_start": load_start, "load_end": loadavg(),
             "others_mean": statistics.mean(others), "others_max": max(others),
             "date": time.strftime("%Y-%m-%d %H:%M %Z"), "duration_s": time.time() - start,
-            "blas": "pthread build, OPENBLAS_CORETYPE=" + os.environ.get("OPENBLAS_CORETYPE", "auto")}
+            "blas": blas}
     table = report(results, meta)
     print(table)
     with open(os.path.join(out_dir, "bench_vs_torch.md"), "w") as f:
@@ -213,6 +270,7 @@ def sweep(args):
                          "tiny_train", "small_train", "small_train_recompute", "decode", "sgemm"] if not args.cases or re.search(args.cases, n)]
     settings = parse_settings(args.torch_threading) if args.torch_threading else list(THREADING)
     rows = []
+    env, blas = blas_environment(args.blas_env)
     idle = Idle(0 if args.quick else args.max_wait, args.wait_budget)
     for n in threads:
         for setting in settings:
@@ -220,12 +278,12 @@ def sweep(args):
                 busy = idle.wait()
                 cmd = [sys.executable, os.path.abspath(__file__), "--torch-case", name, "--threads", str(n),
                        "--torch-threading", setting] + (["--quick"] if args.quick else [])
-                r = run_measured(cmd)
+                r = run_measured(cmd, env)
                 rows.append((n, setting, name, r, busy))
                 print(f"{n} {setting:14s} {name:28s} {fmt_time(r['median_s']):>10s} cpu/wall "
                       f"{r.get('cpu_per_wall', float('nan')):.2f} blas {r['blas_threads']} "
                       f"others {r['others_busy_pct']:.0f}%", file=sys.stderr, flush=True)
-    print(f"\nPyTorch threading settings (median; cpu/wall in brackets; load average now {loadavg()})\n")
+    print(f"\nPyTorch threading settings (median; cpu/wall in brackets; load average now {loadavg()}; {blas})\n")
     print("| threads | setting | " + " | ".join(names) + " |")
     print("|---:|---|" + "---:|" * len(names))
     for n in threads:
@@ -255,6 +313,9 @@ def main():
     ap.add_argument("--wait-budget", type=float, default=180.0,
                     help="seconds to wait for idle CPUs in all, over the whole run (default 180)")
     ap.add_argument("--out-dir", help="where to write bench_vs_torch.md/.json (default: the build directory)")
+    ap.add_argument("--blas-env", choices=["auto", "inherit", "unset"], default="auto",
+                    help="OPENBLAS_CORETYPE/OPENBLAS_L2_SIZE for both frameworks: removed when torch.mm is "
+                         "correct without them (auto, the default), kept (inherit) or removed (unset)")
     ap.add_argument("--torch-case", help=argparse.SUPPRESS)
     ap.add_argument("--torch-sweep", action="store_true", help="compare PyTorch's threading settings")
     args = ap.parse_args()
