@@ -125,6 +125,33 @@ def report(results, meta):
             w(f"| {label(name)} | {n} | {fmt_time(seconds(lo)) if lo else '–'} | "
               f"{fmt_time(seconds(to)) if to else '–'} | {ratio} | {'; '.join(x for x in notes if x)} |")
 
+    orts = [(name, n) for name in names for n in threads if ("ort", name, n) in by]
+    if orts or meta.get("ort"):
+        w(f"\n**ONNX Runtime** ({meta.get('ort', '')}): the PyTorch models of the rows above exported with "
+          "torch.onnx (opset 17), run by onnxruntime-node's CPU execution provider from Node.js (intraOpNumThreads = "
+          "threads, interOpNumThreads 1, sequential, all graph optimizations), same protocol; each run first "
+          "checks ONNX Runtime against PyTorch (MHA output within 1e-4; the greedy tokens identical). "
+          "ratio = **ONNX Runtime time / loom time: > 1 means loom is faster**.\n")
+        if orts:
+            w("| case | threads | loom | ONNX Runtime | ratio | notes |")
+            w("|---|---:|---:|---:|---:|---|")
+        for name, n in orts:
+            lo, oo = by.get(("loom", name, n)), by[("ort", name, n)]
+            notes = []
+            if name == "decode":
+                notes.append(f"ONNX Runtime: prefill {fmt_time(oo['prefill_s'])}, 128 tokens "
+                             f"{fmt_time(oo['total_s'])}, tokens equal to PyTorch's")
+            elif "max_abs_error_vs_torch" in oo:
+                notes.append(f"largest difference from PyTorch {oo['max_abs_error_vs_torch']:.1e}")
+            times = [seconds(r) for r in tried.get(("ort", name, n), [])]
+            if len(times) > 1 and max(times) > 1.15 * min(times):
+                notes.append("ONNX Runtime rounds differ: " + ", ".join(fmt_time(t) for t in times))
+            if lo and "cpu_per_wall" in oo:
+                notes.append(f"cpu/wall {lo.get('cpu_per_wall', float('nan')):.2f} vs {oo['cpu_per_wall']:.2f}")
+            ratio = f"**{seconds(oo) / seconds(lo):.2f}**" if lo else "–"
+            w(f"| {label(name)} | {n} | {fmt_time(seconds(lo)) if lo else '–'} | {fmt_time(seconds(oo))} | {ratio} | "
+              f"{'; '.join(notes)} |")
+
     gqas = [n for n in ("gqa_fwd", "gqa_fwdbwd") if n in names]
     if gqas:
         w("\n**Grouped-query attention: memory** (no copy of the key/value heads in loom: its plan has one fused "

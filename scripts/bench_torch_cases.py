@@ -312,10 +312,11 @@ def torch_train(torch, p, c):
     return r
 
 
-def torch_decode(torch, p):
-    """Greedy decoding with a hand-written KV cache, the model of loom's nn::language_model:
+def language_model(torch):
+    """The model of loom's nn::language_model in PyTorch (seeded), and the decode case's prompt:
     embed·√d + PE, per layer packed QKV, cached keys/values grown with torch.cat, softmax
-    attention written with matmul, out projection, post-norm, ReLU FFN; final norm, lm head."""
+    attention written with matmul, out projection, post-norm, ReLU FFN; final norm, lm head.
+    Its forward(tokens, start, caches) returns (logits, caches)."""
     nn, F = torch.nn, torch.nn.functional
     d, h, V = LM["d"], LM["h"], LM["vocab"]
     dk = d // h
@@ -364,6 +365,16 @@ def torch_decode(torch, p):
     model = LanguageModel().eval()
     gen = Lcg(99)
     prompt = torch.tensor([[gen.next_id(V) for _ in range(n_prompt)]])
+    return model, prompt
+
+
+def torch_decode(torch, p):
+    """Greedy decoding with a hand-written KV cache (language_model): the prefill of the prompt,
+    then one token per step."""
+    h, V = LM["h"], LM["vocab"]
+    dk = LM["d"] // h
+    n_prompt, n_new = LM["prompt"], LM["new_tokens"]
+    model, prompt = language_model(torch)
 
     def generate():
         empty = torch.empty(1, h, 0, dk)

@@ -32,6 +32,7 @@ import sys
 import tempfile
 import time
 
+from bench_ort_cases import ORT_VERSION, ort_cases, ort_missing, run_ort_case  # noqa: E402
 from bench_report import fmt_time, report, seconds  # noqa: E402 (beside this script)
 from bench_torch_cases import (LOOM_ONLY, THREADING, blas_threads, case_flop, case_names,  # noqa: E402
                                default_threading, run_torch_case)
@@ -224,13 +225,22 @@ def drive(args):
     results = []
     idle = Idle(0 if args.quick else args.max_wait, args.wait_budget)
     rounds = 1 if args.quick else args.rounds
+    ort_dir = args.ort_dir or os.environ.get("ORT_DIR")
+    ort_why_not = "not run (--no-ort)" if args.no_ort else ort_missing(ort_dir)
+    ort = (f"onnxruntime-node {ORT_VERSION}" if not ort_why_not else f"not run: {ort_why_not}")
+    print(f"bench_vs_torch: ONNX Runtime {ort}", file=sys.stderr, flush=True)
+    with_ort = set() if ort_why_not else set(ort_cases(names))
     runs = [(rnd, name, n, fw, setting) for rnd in range(1, rounds + 1) for name in names for n in threads
             for fw, setting in [("loom", None)] + [("torch", t) for t in settings[n][:1 if args.quick else None]
-                                                   if name not in LOOM_ONLY]]
+                                                   if name not in LOOM_ONLY]
+            + ([("ort", None)] if name in with_ort else [])]
     for k, (rnd, name, n, fw, setting) in enumerate(runs, 1):
         busy = idle.wait()
         if fw == "loom":
             cmd = [binary, "--case", name, "--threads", str(n), "--json"]
+        elif fw == "ort":
+            cmd = [sys.executable, os.path.abspath(__file__), "--ort-case", name, "--threads", str(n),
+                   "--ort-dir", ort_dir]
         else:
             cmd = [sys.executable, os.path.abspath(__file__), "--torch-case", name, "--threads", str(n),
                    "--torch-threading", setting]
@@ -252,7 +262,7 @@ def drive(args):
             "ncpu": ncpu, "threading": settings, "load_start": load_start, "load_end": loadavg(),
             "others_mean": statistics.mean(others), "others_max": max(others),
             "date": time.strftime("%Y-%m-%d %H:%M %Z"), "duration_s": time.time() - start,
-            "blas": blas}
+            "blas": blas, "ort": ort}
     table = report(results, meta)
     print(table)
     with open(os.path.join(out_dir, "bench_vs_torch.md"), "w") as f:
@@ -316,10 +326,16 @@ def main():
     ap.add_argument("--blas-env", choices=["auto", "inherit", "unset"], default="auto",
                     help="OPENBLAS_CORETYPE/OPENBLAS_L2_SIZE for both frameworks: removed when torch.mm is "
                          "correct without them (auto, the default), kept (inherit) or removed (unset)")
+    ap.add_argument("--ort-dir", help="folder whose node_modules holds onnxruntime-node (default: $ORT_DIR; "
+                    "scripts/bench_vs_torch installs it into BUILD_DIR/ort)")
+    ap.add_argument("--no-ort", action="store_true", help="leave ONNX Runtime out")
+    ap.add_argument("--ort-case", help=argparse.SUPPRESS)
     ap.add_argument("--torch-case", help=argparse.SUPPRESS)
     ap.add_argument("--torch-sweep", action="store_true", help="compare PyTorch's threading settings")
     args = ap.parse_args()
-    if args.torch_case:
+    if args.ort_case:
+        run_ort_case(args.ort_case, int(args.threads or 1), args.quick, args.ort_dir)
+    elif args.torch_case:
         n = int(args.threads or 1)
         run_torch_case(args.torch_case, n, args.quick, parse_settings(args.torch_threading or default_threading(n)[0])[0])
     elif args.torch_sweep:
