@@ -53,7 +53,7 @@ template <class F>
 /// scalar code) — then ln m = 2 atanh(s), s = (m − 1)/(m + 1), |s| ≤ 0.172, as
 /// 2s + s · z (2/3 + z (2/5 + z (2/7 + z · 2/9))), z = s² (the series' next term is below 4e−9
 /// relative), plus e · ln 2 in a high part exact in float and a low part. Within 2 ulp of the
-/// correctly rounded ln x (tests/test_ops.cpp). Zero, subnormals, infinities and NaN give
+/// correctly rounded ln x (tests/ops/vmath.cpp). Zero, subnormals, infinities and NaN give
 /// finite values of no meaning: callers pass x ≥ 1 or discard the lane.
 template <class F>
 [[gnu::always_inline]] inline F log_normal(F x) {
