@@ -16,8 +16,6 @@ import re
 import subprocess
 import tempfile
 
-import numpy
-
 from bench_torch_cases import LM, Protocol, language_model, mha_flop
 
 ORT_VERSION = "1.30.0"
@@ -83,6 +81,7 @@ def ort_mha(torch, p, work, n, b, t, d, h):
             "inputs": {"x": {"file": os.path.join(work, "x.bin"), "type": "float32", "dims": [b, t, d]}},
             "output_file": os.path.join(work, "y.bin")}
     r = run_node(spec, work)
+    import numpy  # here, not at the top: the command-line tests import this module without numpy
     got = torch.from_numpy(numpy.fromfile(spec["output_file"], dtype="float32")).view(b, t, d)
     err = (got - expected).abs().max().item()
     if not err <= 1e-4:

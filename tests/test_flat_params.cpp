@@ -311,7 +311,7 @@ TEMPLATE_TEST_CASE("optimizer steps give the same bits for 1, 2 and 4 threads an
   }
 }
 
-TEST_CASE("a parameter added between steps gets new buffers; the others keep theirs, and nothing moves") {
+TEST_CASE("a parameter added between steps gets new buffers, the others keep theirs, and nothing moves") {
   // SGD with momentum 0.5 and dampening 0.5: a new buffer starts as the gradient (PyTorch
   // clones d_p), an old one is 0.5 · buf + 0.5 · g. With g = 1 and lr = 1: the first step
   // gives buf = 1, the second 0.5 + 0.5 = 1 (a new buffer would again be 1 by cloning, and

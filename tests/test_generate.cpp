@@ -117,13 +117,16 @@ void greedy_matches_max_element() {
       if (trial % 10 == 9) x[0] = -inf;
       const auto want = static_cast<int>(std::max_element(x.begin(), x.end()) - x.begin());
       INFO("n " << n << " trial " << trial);
-      CHECK(nn::pick_token<T>(x, 0.0, 0, 0.0) == want);
+      if (x[static_cast<std::size_t>(want)] == -inf)  // every logit −inf: no token can be chosen
+        CHECK_THROWS_AS(nn::pick_token<T>(x, 0.0, 0, 0.0), value_error);
+      else
+        CHECK(nn::pick_token<T>(x, 0.0, 0, 0.0) == want);
       x[gen() % n] = trial % 2 ? nan : inf;  // one NaN or +inf anywhere: refused
       CHECK_THROWS_AS(nn::pick_token<T>(x, 0.0, 0, 0.0), value_error);
     }
 }
 
-TEST_CASE("greedy pick_token returns the index std::max_element does: first of the largest; NaN and +inf refused") {
+TEST_CASE("greedy pick_token returns the index std::max_element does: first of the largest, NaN and +inf refused") {
   greedy_matches_max_element<float>();
   greedy_matches_max_element<double>();
   const std::vector<float> zeros{-0.f, 0.f, -1.f};

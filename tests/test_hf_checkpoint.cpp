@@ -375,7 +375,7 @@ TEST_CASE("hostile config files are io_errors: not an object, deep nesting, a fi
 
 // ---------------------------------------------------------------- the index
 
-TEST_CASE("an index names each tensor's shard; its files are listed once, in order") {
+TEST_CASE("an index names each tensor's shard, its files are listed once, in order") {
   const hf::weight_index i = hf::parse_index(
       R"({"metadata": {"total_size": 12, "note": {"x": [1]}}, "weight_map": {"w": "b.safetensors", "v": "a.safetensors",
           "u": "b.safetensors"}, "extra": [[{"ignored": true}]]})");
@@ -423,7 +423,7 @@ TEST_CASE("hostile index files are io_errors: path traversal, wrong kinds, names
   CHECK(message_of([&] { hf::parse_index(long_name); }).size() < 1100);
 }
 
-TEST_CASE("a sharded folder by hand reads whole; an index and shards that disagree are refused, listing the names") {
+TEST_CASE("a sharded folder by hand reads whole, an index and shards that disagree are refused, listing the names") {
   scratch_dir dir("hf");
   sharded_by_hand(dir, good_index);
   const tensor_file all = hf::read_tensors(dir.path().string());
@@ -457,7 +457,7 @@ TEST_CASE("a sharded folder by hand reads whole; an index and shards that disagr
   CHECK_THROWS_AS(hf::read_tensors(dir.path().string()), io_error);
 }
 
-TEST_CASE("a folder with both layouts or neither is refused; an index over 64 MiB is refused unread") {
+TEST_CASE("a folder with both layouts or neither is refused, an index over 64 MiB is refused unread") {
   scratch_dir dir("hf");
   sharded_by_hand(dir, good_index);
   test::write_bytes(dir.file("model.safetensors"), test::raw_safetensors("{}"));
@@ -604,7 +604,7 @@ TEST_CASE("a load that does not fit lists every missing, mis-shaped and unexpect
   CHECK(same_values(q, small_store<float>()));
 }
 
-TEST_CASE("a non-floating tensor and a NaN are differences; a message of many differences stays short") {
+TEST_CASE("a non-floating tensor and a NaN are differences, a message of many differences stays short") {
   scratch_dir dir("hf");
   const std::string folder = dir.file("m");
   std::filesystem::create_directories(folder);

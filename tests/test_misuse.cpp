@@ -283,7 +283,7 @@ TEST_CASE("sampling settings out of their domain are refused: NaN is not greedy,
     CHECK_THROWS_AS(nn::generate(run, cache, {{1, 2}}, bad), value_error);
 }
 
-TEST_CASE("non-finite logits are refused in greedy decoding and sampling; −inf alone forbids a token") {
+TEST_CASE("non-finite logits are refused in greedy decoding and sampling, −inf alone forbids a token") {
   const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
   const std::vector<float> plus_inf{inf, 0.0f, inf}, with_nan{0.1f, nan, 2.0f}, all_minus_inf{-inf, -inf};
   for (double temperature : {0.0, 1.0}) {

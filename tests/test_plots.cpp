@@ -108,7 +108,7 @@ TEST_CASE("progress_line in plain mode prints a line every print_every steps and
   std::fclose(f);
 }
 
-TEST_CASE("progress_line finish prints the state of an unprinted last step; no total means no ETA") {
+TEST_CASE("progress_line finish prints the state of an unprinted last step, no total means no ETA") {
   std::FILE* f = std::tmpfile();
   REQUIRE(f);
   double t = 0;
@@ -122,7 +122,7 @@ TEST_CASE("progress_line finish prints the state of an unprinted last step; no t
   std::fclose(f);
 }
 
-TEST_CASE("progress_line in terminal mode redraws one line with \\r at most once per redraw_seconds") {
+TEST_CASE("progress_line in terminal mode redraws one line with a carriage return at most once per redraw_seconds") {
   std::FILE* f = std::tmpfile();
   REQUIRE(f);
   double t = 0;

@@ -22,7 +22,7 @@ TEST_CASE("the causal mask is offset by S - T for cached decoding") {
   for (int i = 0; i < 8; ++i) CHECK(run.output()[i] == expect[static_cast<std::size_t>(i)]);
 }
 
-TEST_CASE("masks pass gradcheck through softmax: causal, padding, boolean; S != T; batch and heads") {
+TEST_CASE("masks pass gradcheck through softmax: causal, padding, boolean, S != T, batch and heads") {
   param_store<double> p;
   SECTION("causal, square") {
     auto x = input<"x", shape<fix<2>, fix<2>, fix<4>, fix<4>>>();

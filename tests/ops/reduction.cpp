@@ -110,7 +110,7 @@ TEST_CASE("amax over an axis of size 0 is refused when binding, naming the op an
              Catch::Contains("amax") && Catch::Contains("axis 1") && Catch::Contains("[2, 0]"));
 }
 
-TEST_CASE("a sum over an axis of size 0 is 0 and a mean NaN, as PyTorch; a batch of 0 gives an empty output") {
+TEST_CASE("a sum over an axis of size 0 is 0 and a mean NaN, as PyTorch, a batch of 0 gives an empty output") {
   auto x = input<"x", shape<dyn<"B">, dyn<"T">>>();
   param_store<double> p;
   const tensor<double> no_steps(dims_t{2, 0}), no_batch(dims_t{0, 3});

@@ -16,7 +16,7 @@ using namespace loom;
 // lane_max (ops/vmath.hpp) is the max of softmax, cross-entropy and fused attention rows: two
 // vectors of 32 bytes in flight, then a scalar tail. Every length from 1 to 70 (whole pairs of
 // vectors, one vector more, tails of every size), the largest element at every position.
-TEMPLATE_TEST_CASE("lane_max finds the largest element at any position and length; −∞ stays, NaN is skipped", "",
+TEMPLATE_TEST_CASE("lane_max finds the largest element at any position and length, −∞ stays, NaN is skipped", "",
                    float, double) {
   using T = TestType;
   const T inf = std::numeric_limits<T>::infinity();
