@@ -18,6 +18,10 @@
 //                             (ops::gemm, one thread per call), N concurrent calls for N threads
 //   fma_peak                  the machine's FP32 peak: N threads of independent vector FMAs on
 //                             registers (AVX-512F or AVX2 + FMA, chosen at run time); loom only
+//   read_bw_memory            read bandwidth from memory: N threads summing their shares of one
+//                             512 MiB buffer (far beyond any cache); loom only
+//   read_bw_decode            the same over a buffer of the decode case's parameter bytes (what
+//                             one decoding step reads; it may stay in cache); loom only
 //
 // Timing: warm-up (at least 3 calls and 0.3 s; --quick: 1 call and 0.05 s), then the median of
 // 7 (--quick, a smoke run: 3) repetitions of k calls each, k chosen from the median warm-up call
@@ -47,6 +51,8 @@
 #include <vector>
 
 #include "../ops/blas.hpp"  // loom's BLAS entry point (private to the library; linked in loom::loom)
+#include "../ops/gcc_vector.hpp"
+#include "../ops/vector_isa.hpp"
 #include "loom/loom.hpp"
 #include "loom/nn/attention.hpp"
 #include "loom/nn/generate.hpp"
@@ -374,6 +380,7 @@ json_line decode(const settings& s) {
   j.num("cpu_per_wall", cpu_per_wall);
   j.num("tokens", static_cast<double>(toks.size())).num("steps", static_cast<double>(last.steps));
   j.num("tokens_valid", valid ? 1 : 0).num("first_tokens_0", toks.empty() ? -1 : toks[0]);
+  j.num("weight_bytes", static_cast<double>(params.numel()) * sizeof(float));  // read once per step
   return j;
 }
 
@@ -479,6 +486,51 @@ json_line fma_peak(const settings& s) {
   return j.num("flop", static_cast<double>(k) * 2.0 * fma_chains * lanes * static_cast<double>(fma_steps));
 }
 
+// The read bandwidth: `threads` threads, each summing its consecutive share of one buffer of
+// `bytes` (64-byte aligned, filled once) with four independent 64-byte vector sums, so that the
+// loads, not the additions, limit it; compiled for the CPU's widest vectors (vector_isa.hpp), as
+// the decoding kernels are. Integer sums: exact in any order.
+using read_vector = ops::gcc_vector<std::uint64_t, 64>;
+
+LOOM_VECTOR_CLONES std::uint64_t sum_share(const read_vector* p, std::int64_t n) {
+  read_vector a{}, b{}, c{}, d{};
+  std::int64_t i = 0;
+  for (; i + 4 <= n; i += 4) {
+    a += p[i];
+    b += p[i + 1];
+    c += p[i + 2];
+    d += p[i + 3];
+  }
+  for (; i < n; ++i) a += p[i];
+  const read_vector t = a + b + c + d;
+  std::uint64_t sum = 0;
+  for (int l = 0; l < 8; ++l) sum += t[l];
+  return sum;
+}
+
+json_line read_bandwidth(const settings& s, std::int64_t bytes) {
+  const int k = s.threads;
+  const std::int64_t n = bytes / 64;  // vectors
+  std::vector<read_vector, aligned_allocator<read_vector>> buffer(static_cast<std::size_t>(n));
+  for (std::int64_t i = 0; i < n; ++i) buffer[static_cast<std::size_t>(i)] = read_vector{} + static_cast<std::uint64_t>(i);
+  std::vector<std::uint64_t> sums(static_cast<std::size_t>(k));
+  auto j = time_concurrent(s, k, [&](int t) {
+    const std::int64_t lo = n * t / k, hi = n * (t + 1) / k;
+    sums[static_cast<std::size_t>(t)] = sum_share(buffer.data() + lo, hi - lo);
+  }).json();
+  std::uint64_t total = 0, want = 0;
+  for (std::uint64_t x : sums) total += x;
+  for (std::int64_t i = 0; i < n; ++i) want += 8 * static_cast<std::uint64_t>(i);
+  if (total != want) throw std::runtime_error("read_bandwidth: the sums are wrong");
+  return j.num("bytes", static_cast<double>(n * 64));
+}
+
+/// The decode case's parameter bytes (one decoding step reads each weight once).
+std::int64_t decode_weight_bytes() {
+  auto full = make_graph(nn::language_model<lm_cfg, nn::eval_mode>::logits());
+  return full.make_params<float>(1).numel() * static_cast<std::int64_t>(sizeof(float));
+}
+
 // ---------------------------------------------------------------- the cases
 
 struct bench_case {
@@ -506,6 +558,8 @@ std::vector<bench_case> cases() {
   r.push_back({"decode", decode});
   r.push_back({"sgemm", sgemm_ceiling});
   r.push_back({"fma_peak", fma_peak});
+  r.push_back({"read_bw_memory", [](const settings& s) { return read_bandwidth(s, std::int64_t{512} << 20); }});
+  r.push_back({"read_bw_decode", [](const settings& s) { return read_bandwidth(s, decode_weight_bytes()); }});
   return r;
 }
 

@@ -22,7 +22,9 @@ LABELS = {"tiny_train": "train step, tiny enc–dec (d=64, h=4, 2+2, ffn 256, V=
           "decode": "greedy decode, KV cache, per token (2 layers, d=256, h=8, ffn 1024, V=1000, prompt 16, 128 new)",
           "sgemm": "sgemm 1024³, time per product at full throughput (loom: N concurrent single-thread "
                    "calls through its BLAS; PyTorch: torch.mm on N threads)",
-          "fma_peak": "FP32 FMA peak: N threads of independent vector FMAs on registers (time per call)"}
+          "fma_peak": "FP32 FMA peak: N threads of independent vector FMAs on registers (time per call)",
+          "read_bw_memory": "read bandwidth from memory: N threads summing shares of one 512 MiB buffer",
+          "read_bw_decode": "read bandwidth over the decode case's weight bytes (N threads, shares of one buffer)"}
 
 
 def seconds(r):
@@ -91,7 +93,16 @@ def report(results, meta):
                                  + (f" ({pct_of(lo, peak)} of FMA peak)" if peak else ""))
                 if to:
                     notes.append(f"torch.mm {to['flop'] / to['median_s'] * 1e-9:.0f} GFLOP/s")
+            elif name.startswith("read_bw"):
+                if lo:
+                    notes.append(f"{lo['bytes'] / lo['median_s'] * 1e-9:.1f} GB/s")
             elif name == "decode":
+                bw = by.get(("loom", "read_bw_decode", n))
+                if lo and "weight_bytes" in lo:
+                    notes.append(f"loom reads its {lo['weight_bytes'] / 2 ** 20:.1f} MiB of weights at "
+                                 f"{lo['weight_bytes'] / lo['median_s'] * 1e-9:.1f} GB/s per token"
+                                 + (f" ({100 * lo['weight_bytes'] / lo['median_s'] / (bw['bytes'] / bw['median_s']):.0f}%"
+                                    " of read_bw_decode)" if bw else ""))
                 for r, who in ((lo, "loom"), (to, "PyTorch")):
                     if r:
                         notes.append(f"{who}: prefill {fmt_time(r['prefill_s'])}, 128 tokens {fmt_time(r['total_s'])}"

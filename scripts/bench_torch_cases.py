@@ -102,11 +102,12 @@ def case_names():
     for b, t, d, h in MHA_SHAPES:
         names += [mha_name("fwd", b, t, d, h), mha_name("fwdbwd", b, t, d, h)]
     return names + ["tiny_train", "small_train", "small_train_recompute", "gqa_fwd", "gqa_fwdbwd", "decode", "sgemm",
-                    "fma_peak"]
+                    "fma_peak", "read_bw_memory", "read_bw_decode"]
 
 
-# Cases PyTorch has no side of: the machine's FMA peak, which every GFLOP/s figure is read against.
-LOOM_ONLY = {"fma_peak"}
+# Cases PyTorch has no side of: the machine's FMA peak, which every GFLOP/s figure is read against,
+# and its read bandwidth (from memory, and over the decode case's weight bytes).
+LOOM_ONLY = {"fma_peak", "read_bw_memory", "read_bw_decode"}
 
 
 def mha_flop(b, t, d):
