@@ -14,6 +14,8 @@
 //                             gradients of q, k and v; also the executor's arena and peak RSS
 //   decode                    greedy generation of 128 tokens through the KV cache (nn::generate,
 //                             nn::language_model<C, decode_mode>), ms per token after the prefill
+//   decode_b8                 the same for 8 sequences at once (batch 8): time per step, which
+//                             gives each of the 8 its next token
 //   sgemm                     the BLAS ceiling: 1024³ sgemm through loom's own BLAS entry
 //                             (ops::gemm, one thread per call), N concurrent calls for N threads
 //   fma_peak                  the machine's FP32 peak: N threads of independent vector FMAs on
@@ -344,7 +346,7 @@ json_line train_step(const settings& s, std::int64_t b, std::int64_t len) {
 constexpr nn::transformer_config lm_cfg{
     .d_model = 256, .heads = 8, .ffn = 1024, .decoder_layers = 2, .tgt_vocab = 1000};
 
-json_line decode(const settings& s) {
+json_line decode_batch(const settings& s, int batch) {
   constexpr int prompt_len = 16, new_tokens = 128;
   using step_model = nn::language_model<lm_cfg, nn::decode_mode>;
   auto full = make_graph(nn::language_model<lm_cfg, nn::eval_mode>::logits());  // for the parameter set
@@ -352,28 +354,31 @@ json_line decode(const settings& s) {
   auto params = full.make_params<float>(1);
   auto run = step.executor<float>(params, {.threads = s.threads, .inference = true});
   lcg gen{99};
-  std::vector<int> prompt;
-  for (int i = 0; i < prompt_len; ++i) prompt.push_back(gen.next_id(lm_cfg.tgt_vocab));
-  nn::kv_cache<float> cache(step, 1, prompt_len + new_tokens);
+  std::vector<std::vector<int>> prompts(static_cast<std::size_t>(batch));
+  for (auto& prompt : prompts)  // sequence 0's prompt is the single-sequence case's
+    for (int i = 0; i < prompt_len; ++i) prompt.push_back(gen.next_id(lm_cfg.tgt_vocab));
+  nn::kv_cache<float> cache(step, batch, prompt_len + new_tokens);
   const nn::generate_options o{.max_new_tokens = new_tokens};
 
   const auto w0 = clock_type::now();  // warm-up, as time_calls()
   for (int w = 0; w < s.warmup_calls() || seconds_between(w0, clock_type::now()) < s.warmup_seconds(); ++w)
-    nn::generate(run, cache, {prompt}, o);
+    nn::generate(run, cache, prompts, o);
   std::vector<double> per_token, prefill, total;
   nn::generate_result last;
   const double cpu0 = cpu_seconds();
   const auto t0 = clock_type::now();
   for (int r = 0; r < s.repetitions(); ++r) {
-    last = nn::generate(run, cache, {prompt}, o);
+    last = nn::generate(run, cache, prompts, o);
     per_token.push_back(last.decode_seconds / static_cast<double>(last.steps));
     prefill.push_back(last.prefill_seconds);
     total.push_back(last.prefill_seconds + last.decode_seconds);
   }
   const double cpu_per_wall = (cpu_seconds() - cpu0) / seconds_between(t0, clock_type::now());
   const auto& toks = last.tokens.at(0);
-  const bool valid = static_cast<int>(toks.size()) == new_tokens &&
-                     std::all_of(toks.begin(), toks.end(), [](int t) { return t >= 0 && t < lm_cfg.tgt_vocab; });
+  bool valid = static_cast<int>(last.tokens.size()) == batch;
+  for (const auto& seq : last.tokens)
+    valid = valid && static_cast<int>(seq.size()) == new_tokens &&
+            std::all_of(seq.begin(), seq.end(), [](int t) { return t >= 0 && t < lm_cfg.tgt_vocab; });
   json_line j;
   j.num("median_s", median(per_token)).num("min_s", *std::min_element(per_token.begin(), per_token.end()));
   j.list("reps_s", per_token).num("prefill_s", median(prefill)).num("total_s", median(total));
@@ -381,8 +386,10 @@ json_line decode(const settings& s) {
   j.num("tokens", static_cast<double>(toks.size())).num("steps", static_cast<double>(last.steps));
   j.num("tokens_valid", valid ? 1 : 0).num("first_tokens_0", toks.empty() ? -1 : toks[0]);
   j.num("weight_bytes", static_cast<double>(params.numel()) * sizeof(float));  // read once per step
-  return j;
+  return j.num("batch", batch);
 }
+
+json_line decode(const settings& s) { return decode_batch(s, 1); }
 
 // ---------------------------------------------------------------- BLAS ceiling, FMA peak
 
@@ -556,6 +563,7 @@ std::vector<bench_case> cases() {
   r.push_back({"gqa_fwd", [](const settings& s) { return gqa(s, false, 4, 512); }});
   r.push_back({"gqa_fwdbwd", [](const settings& s) { return gqa(s, true, 4, 512); }});
   r.push_back({"decode", decode});
+  r.push_back({"decode_b8", [](const settings& s) { return decode_batch(s, 8); }});
   r.push_back({"sgemm", sgemm_ceiling});
   r.push_back({"fma_peak", fma_peak});
   r.push_back({"read_bw_memory", [](const settings& s) { return read_bandwidth(s, std::int64_t{512} << 20); }});

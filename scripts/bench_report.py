@@ -20,6 +20,7 @@ LABELS = {"tiny_train": "train step, tiny enc–dec (d=64, h=4, 2+2, ffn 256, V=
           "gqa_fwd": "GQA attention forward, causal (B=4, Hq=16, Hkv=4, T=S=512, d=64)",
           "gqa_fwdbwd": "GQA attention forward+backward, causal (B=4, Hq=16, Hkv=4, T=S=512, d=64)",
           "decode": "greedy decode, KV cache, per token (2 layers, d=256, h=8, ffn 1024, V=1000, prompt 16, 128 new)",
+          "decode_b8": "the same for 8 sequences at once, per step (8 tokens)",
           "sgemm": "sgemm 1024³, time per product at full throughput (loom: N concurrent single-thread "
                    "calls through its BLAS; PyTorch: torch.mm on N threads)",
           "fma_peak": "FP32 FMA peak: N threads of independent vector FMAs on registers (time per call)",
@@ -96,7 +97,7 @@ def report(results, meta):
             elif name.startswith("read_bw"):
                 if lo:
                     notes.append(f"{lo['bytes'] / lo['median_s'] * 1e-9:.1f} GB/s")
-            elif name == "decode":
+            elif name in ("decode", "decode_b8"):
                 bw = by.get(("loom", "read_bw_decode", n))
                 if lo and "weight_bytes" in lo:
                     notes.append(f"loom reads its {lo['weight_bytes'] / 2 ** 20:.1f} MiB of weights at "

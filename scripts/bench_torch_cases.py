@@ -101,7 +101,8 @@ def case_names():
     names = []
     for b, t, d, h in MHA_SHAPES:
         names += [mha_name("fwd", b, t, d, h), mha_name("fwdbwd", b, t, d, h)]
-    return names + ["tiny_train", "small_train", "small_train_recompute", "gqa_fwd", "gqa_fwdbwd", "decode", "sgemm",
+    return names + ["tiny_train", "small_train", "small_train_recompute", "gqa_fwd", "gqa_fwdbwd", "decode", "decode_b8",
+                    "sgemm",
                     "fma_peak", "read_bw_memory", "read_bw_decode"]
 
 
@@ -313,11 +314,12 @@ def torch_train(torch, p, c):
     return r
 
 
-def language_model(torch):
+def language_model(torch, batch=1):
     """The model of loom's nn::language_model in PyTorch (seeded), and the decode case's prompt:
     embed·√d + PE, per layer packed QKV, cached keys/values grown with torch.cat, softmax
     attention written with matmul, out projection, post-norm, ReLU FFN; final norm, lm head.
-    Its forward(tokens, start, caches) returns (logits, caches)."""
+    Its forward(tokens, start, caches) returns (logits, caches). `batch` prompts [batch, prompt]:
+    the first is the single-sequence case's (the same generator, as loom's bench)."""
     nn, F = torch.nn, torch.nn.functional
     d, h, V = LM["d"], LM["h"], LM["vocab"]
     dk = d // h
@@ -365,20 +367,20 @@ def language_model(torch):
     torch.manual_seed(1)
     model = LanguageModel().eval()
     gen = Lcg(99)
-    prompt = torch.tensor([[gen.next_id(V) for _ in range(n_prompt)]])
+    prompt = torch.tensor([[gen.next_id(V) for _ in range(n_prompt)] for _ in range(batch)])
     return model, prompt
 
 
-def torch_decode(torch, p):
-    """Greedy decoding with a hand-written KV cache (language_model): the prefill of the prompt,
-    then one token per step."""
+def torch_decode(torch, p, batch=1):
+    """Greedy decoding with a hand-written KV cache (language_model): the prefill of the prompts,
+    then one token per sequence per step."""
     h, V = LM["h"], LM["vocab"]
     dk = LM["d"] // h
     n_prompt, n_new = LM["prompt"], LM["new_tokens"]
-    model, prompt = language_model(torch)
+    model, prompt = language_model(torch, batch)
 
     def generate():
-        empty = torch.empty(1, h, 0, dk)
+        empty = torch.empty(batch, h, 0, dk)
         caches = [(empty, empty)] * LM["layers"]
         t0 = time.perf_counter()
         logits, caches = model(prompt, 0, caches)  # the prefill
@@ -390,7 +392,7 @@ def torch_decode(torch, p):
             token = logits[:, -1].argmax(-1, keepdim=True)
             out.append(token)
         t2 = time.perf_counter()
-        return torch.cat(out, dim=1)[0].tolist(), t1 - t0, t2 - t1
+        return torch.cat(out, dim=1).tolist(), t1 - t0, t2 - t1
 
     with torch.inference_mode():
         w0, warm = time.perf_counter(), 0  # warm-up, as time_calls()
@@ -400,14 +402,14 @@ def torch_decode(torch, p):
         per_token, prefill, total = [], [], []
         cpu0, t_all = time.process_time(), time.perf_counter()
         for _ in range(p.repetitions):
-            toks, pre, dec = generate()
+            seqs, pre, dec = generate()
             per_token.append(dec / (n_new - 1))
             prefill.append(pre)
             total.append(pre + dec)
         cpu_per_wall = (time.process_time() - cpu0) / (time.perf_counter() - t_all)
-    valid = len(toks) == n_new and all(0 <= t < V for t in toks)
+    valid = len(seqs) == batch and all(len(toks) == n_new and all(0 <= t < V for t in toks) for toks in seqs)
     return {"median_s": statistics.median(per_token), "min_s": min(per_token), "reps_s": per_token,
-            "prefill_s": statistics.median(prefill), "total_s": statistics.median(total), "tokens": len(toks),
+            "prefill_s": statistics.median(prefill), "total_s": statistics.median(total), "tokens": len(seqs[0]),
             "steps": n_new - 1, "tokens_valid": int(valid), "cpu_per_wall": cpu_per_wall}
 
 
@@ -447,6 +449,8 @@ def run_torch_case(name, n, quick, threading):
         r = torch_gqa(torch, p, name == "gqa_fwdbwd")
     elif name == "decode":
         r = torch_decode(torch, p)
+    elif name == "decode_b8":
+        r = torch_decode(torch, p, 8)
     elif name == "sgemm":
         r = torch_sgemm(torch, p, n)
     else:
