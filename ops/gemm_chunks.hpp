@@ -36,11 +36,13 @@ inline std::int64_t row_grain(std::int64_t n, std::int64_t k) {
 // Every element of loom's GEMM is computed alike in any column block (sgemm_avx512.hpp), so
 // the split changes no bits. Depends on the shape only.
 template <class T>
-std::int64_t column_block(bool tx, bool ty, std::int64_t rows, std::int64_t n, std::int64_t k, std::int64_t batch = 1) {
+std::int64_t column_block(bool tx, bool ty, std::int64_t rows, std::int64_t n, std::int64_t k, std::int64_t batch = 1,
+                          double macs_per_block = 1 << 20) {
   if (!std::is_same_v<T, float> || !sgemm_avx512_takes(tx, ty, rows, n, k)) return n;
   const double macs =
       static_cast<double>(rows) * static_cast<double>(n) * static_cast<double>(k) * static_cast<double>(batch);
-  const std::int64_t blocks = std::min<std::int64_t>(n / 32, static_cast<std::int64_t>(std::min(macs / (1 << 20), 1e6)));
+  const std::int64_t blocks =
+      std::min<std::int64_t>(n / 32, static_cast<std::int64_t>(std::min(macs / macs_per_block, 1e6)));
   if (blocks < 2) return n;
   return ((n + blocks - 1) / blocks + 31) / 32 * 32;
 }

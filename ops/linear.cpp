@@ -79,17 +79,37 @@ LOOM_VECTOR_CLONES void activation_slope(linear_params::act_t act, const T* __re
 // product is loom's kernel's (float, AVX-512, more than one row — one row is a GEMV) and the
 // activation is none or relu (gelu's z must be saved; erf stays in the loop above). The same
 // operations in the same order: the same bits. False, having done nothing, otherwise.
+// Columns [j0, j0 + width) of y only, when given (y's rows stay n long).
 template <class T>
 bool in_tiles(linear_params::act_t act, std::int64_t rows, std::int64_t n, std::int64_t k, const T* x, const T* w,
-              const T* b, const T* res, T* y) {
+              const T* b, const T* res, T* y, std::int64_t j0 = 0, std::int64_t width = -1) {
   if constexpr (std::is_same_v<T, float>) {
     if (act == linear_params::gelu || rows < 2) return false;
     // false, having touched nothing, for a shape loom's kernel does not take
-    return sgemm_avx512(false, true, rows, n, k, 1.f, x, k, w, k, 0.f, y, n,
-                        gemm_epilogue{b, act == linear_params::relu, res, n});
+    return sgemm_avx512(false, true, rows, width < 0 ? n : width, k, 1.f, x, k, w + j0 * k, k, 0.f, y + j0, n,
+                        gemm_epilogue{b ? b + j0 : nullptr, act == linear_params::relu, res ? res + j0 : nullptr, n});
   } else {
     return false;
   }
+}
+
+// A product of one row chunk (a few rows: decoding a small batch of sequences) in column
+// blocks over the threads, as in_tiles does it whole: each element is computed alike in any
+// column block (sgemm_avx512.hpp), so the bits are the same. Blocks of about 2^18 multiply-adds
+// (multiples of 32 columns): 8 decoded sequences' layers (d 256, ffn 1024) split in two to
+// eight. False, having done nothing, when in_tiles would not take every block.
+template <class T>
+bool in_column_tiles(linear_params::act_t act, std::int64_t rows, std::int64_t n, std::int64_t k, const T* x,
+                     const T* w, const T* b, const T* res, T* y) {
+  const std::int64_t cols = gemm_chunks::column_block<T>(false, true, rows, n, k, 1, 1 << 18);
+  if (cols >= n || act == linear_params::gelu || rows < 2) return false;
+  const std::int64_t blocks = (n + cols - 1) / cols;
+  if (!sgemm_avx512_takes(false, true, rows, n - (blocks - 1) * cols, k)) return false;  // the last block
+  for_chunks(blocks, 1, [&](std::int64_t c0, std::int64_t c1) {
+    for (std::int64_t cb = c0; cb < c1; ++cb)
+      in_tiles(act, rows, n, k, x, w, b, res, y, cb * cols, std::min(cols, n - cb * cols));
+  });
+  return true;
 }
 
 struct sizes {
@@ -120,6 +140,7 @@ void linear_kernels::forward(const op_args<T>& a) {
   T* y = a.out;
   T* z_saved = a.saved;  // gelu: z, for backward
   const std::int64_t grain = row_grain(n, k), chunks = (rows + grain - 1) / grain;
+  if (chunks == 1 && in_column_tiles(act, rows, n, k, x, w, b, res, y)) return;
   for_chunks(chunks, 1, [&](std::int64_t c0, std::int64_t c1) {
     for (std::int64_t ch = c0; ch < c1; ++ch) {
       const std::int64_t r0 = ch * grain, r1 = std::min(rows, r0 + grain);

@@ -101,7 +101,7 @@ def report(results, meta):
                 bw = by.get(("loom", "read_bw_decode", n))
                 if lo and "weight_bytes" in lo:
                     notes.append(f"loom reads its {lo['weight_bytes'] / 2 ** 20:.1f} MiB of weights at "
-                                 f"{lo['weight_bytes'] / lo['median_s'] * 1e-9:.1f} GB/s per token"
+                                 f"{lo['weight_bytes'] / lo['median_s'] * 1e-9:.1f} GB/s per step"
                                  + (f" ({100 * lo['weight_bytes'] / lo['median_s'] / (bw['bytes'] / bw['median_s']):.0f}%"
                                     " of read_bw_decode)" if bw else ""))
                 for r, who in ((lo, "loom"), (to, "PyTorch")):
