@@ -17,15 +17,6 @@ using namespace loom;
 using namespace op_test;
 using namespace op_test::decimals;
 
-namespace {
-
-template <class T>
-bool bit_identical(const std::vector<T>& a, const std::vector<T>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
-}
-
-}  // namespace
-
 TEST_CASE("nn layers name their parameters as PyTorch does and initialise them like it") {
   auto tok = input<"tok", shape<dyn<"B">, dyn<"T">>, int>();
   auto x = nn::embedding<"embed", 1000, 8>(tok);
@@ -160,6 +151,6 @@ TEST_CASE("the stack's loss and gradients are bit-identical for 1, 2 and 4 threa
     return all;
   };
   const auto one = run(1);
-  CHECK(bit_identical(one, run(2)));
-  CHECK(bit_identical(one, run(4)));
+  CHECK(test::same_bits(one, run(2)));
+  CHECK(test::same_bits(one, run(4)));
 }

@@ -32,6 +32,7 @@ void randomize(loom::param_store<T>& store, std::uint64_t seed) {
 #include <cstring>
 #include <exception>
 #include <string>
+#include <vector>
 
 namespace test {
 
@@ -63,6 +64,12 @@ bool same_bits(const loom::tensor<T>& a, const loom::tensor<T>& b) {
   // (an empty tensor's data() may be null: memcmp must not see it)
   return a.dims() == b.dims() &&
          (a.size() == 0 || std::memcmp(a.data(), b.data(), sizeof(T) * static_cast<std::size_t>(a.size())) == 0);
+}
+
+/// The same length and the same bytes.
+template <class T>
+bool same_bits(const std::vector<T>& a, const std::vector<T>& b) {
+  return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0);
 }
 
 /// The same parameter names, each with the same bytes.

@@ -14,13 +14,7 @@ using namespace loom;
 using namespace op_test;
 using namespace op_test::double_reference;
 
-namespace {
-
-template <class T> bool same_bits(const std::vector<T>& a, const std::vector<T>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
-}
-
-}  // namespace
+using test::same_bits;
 
 TEST_CASE("rms_norm, rope and gelu_tanh give the same bits for 1, 2 and 4 threads") {
   // large enough that every kernel splits into several chunks
