@@ -24,6 +24,10 @@
 //                             512 MiB buffer (far beyond any cache); loom only
 //   read_bw_decode            the same over a buffer of the decode case's parameter bytes (what
 //                             one decoding step reads; it may stay in cache); loom only
+//   decode_gemv               the decode case's nine weight GEMVs alone (per layer: the packed
+//                             q/k/v projection, the output projection, the two feed-forward
+//                             layers; then the lm head), one row each, through ops::gemm as
+//                             decoding calls it; loom only
 //
 // Timing: warm-up (at least 3 calls and 0.3 s; --quick: 1 call and 0.05 s), then the median of
 // 7 (--quick, a smoke run: 3) repetitions of k calls each, k chosen from the median warm-up call
@@ -40,6 +44,7 @@
 #pragma GCC diagnostic ignored "-Wuninitialized"
 
 #include <algorithm>
+#include <array>
 #include <barrier>
 #include <chrono>
 #include <cmath>
@@ -385,7 +390,8 @@ json_line decode_batch(const settings& s, int batch) {
   j.num("cpu_per_wall", cpu_per_wall);
   j.num("tokens", static_cast<double>(toks.size())).num("steps", static_cast<double>(last.steps));
   j.num("tokens_valid", valid ? 1 : 0).num("first_tokens_0", toks.empty() ? -1 : toks[0]);
-  j.num("weight_bytes", static_cast<double>(params.numel()) * sizeof(float));  // read once per step
+  // every parameter's bytes (a step reads each weight matrix once, one row of the embedding)
+  j.num("weight_bytes", static_cast<double>(params.numel()) * sizeof(float));
   return j.num("batch", batch);
 }
 
@@ -532,6 +538,33 @@ json_line read_bandwidth(const settings& s, std::int64_t bytes) {
   return j.num("bytes", static_cast<double>(n * 64));
 }
 
+/// The weight GEMVs of one decoding step of the decode case (x · Wᵀ, W [out, in], one row), in
+/// the order the step runs them, each through ops::gemm as the fused linear calls it for one
+/// row: what the step spends reading its weights, against read_bw_decode.
+json_line decode_gemv(const settings& s) {
+  const std::int64_t d = lm_cfg.d_model, f = lm_cfg.ffn, v = lm_cfg.tgt_vocab;
+  std::vector<std::array<std::int64_t, 2>> shapes;  // [out, in]
+  for (int layer = 0; layer < static_cast<int>(lm_cfg.decoder_layers); ++layer)
+    for (auto shape : {std::array{3 * d, d}, std::array{d, d}, std::array{f, d}, std::array{d, f}})
+      shapes.push_back(shape);
+  shapes.push_back({v, d});
+  std::vector<tensor<float>> w, x, y;
+  double bytes = 0;
+  for (std::size_t i = 0; i < shapes.size(); ++i) {
+    const auto [out, in] = shapes[i];
+    w.push_back(random_tensor({out, in}, 30 + i));
+    x.push_back(random_tensor({1, in}, 60 + i));
+    y.emplace_back(dims_t{1, out});
+    bytes += static_cast<double>(out * in) * sizeof(float);
+  }
+  auto j = time_calls(s, [&] {
+    for (std::size_t i = 0; i < shapes.size(); ++i)
+      ops::gemm<float>(false, true, 1, shapes[i][0], shapes[i][1], 1.0f, x[i].data(), shapes[i][1], w[i].data(),
+                       shapes[i][1], 0.0f, y[i].data(), shapes[i][0]);
+  }).json();
+  return j.num("bytes", bytes).num("gemvs", static_cast<double>(shapes.size()));
+}
+
 /// The decode case's parameter bytes (one decoding step reads each weight once).
 std::int64_t decode_weight_bytes() {
   auto full = make_graph(nn::language_model<lm_cfg, nn::eval_mode>::logits());
@@ -568,6 +601,7 @@ std::vector<bench_case> cases() {
   r.push_back({"fma_peak", fma_peak});
   r.push_back({"read_bw_memory", [](const settings& s) { return read_bandwidth(s, std::int64_t{512} << 20); }});
   r.push_back({"read_bw_decode", [](const settings& s) { return read_bandwidth(s, decode_weight_bytes()); }});
+  r.push_back({"decode_gemv", decode_gemv});
   return r;
 }
 

@@ -25,7 +25,8 @@ LABELS = {"tiny_train": "train step, tiny enc–dec (d=64, h=4, 2+2, ffn 256, V=
                    "calls through its BLAS; PyTorch: torch.mm on N threads)",
           "fma_peak": "FP32 FMA peak: N threads of independent vector FMAs on registers (time per call)",
           "read_bw_memory": "read bandwidth from memory: N threads summing shares of one 512 MiB buffer",
-          "read_bw_decode": "read bandwidth over the decode case's weight bytes (N threads, shares of one buffer)"}
+          "read_bw_decode": "read bandwidth over the decode case's weight bytes (N threads, shares of one buffer)",
+          "decode_gemv": "the decode case's nine weight GEMVs alone (one row each, as a decoding step runs them)"}
 
 
 def seconds(r):
@@ -94,14 +95,18 @@ def report(results, meta):
                                  + (f" ({pct_of(lo, peak)} of FMA peak)" if peak else ""))
                 if to:
                     notes.append(f"torch.mm {to['flop'] / to['median_s'] * 1e-9:.0f} GFLOP/s")
-            elif name.startswith("read_bw"):
+            elif name.startswith("read_bw") or name == "decode_gemv":
                 if lo:
                     notes.append(f"{lo['bytes'] / lo['median_s'] * 1e-9:.1f} GB/s")
+                bw = by.get(("loom", "read_bw_decode", n))
+                if lo and bw and name == "decode_gemv":
+                    notes.append(f"{100 * (lo['bytes'] / lo['median_s']) / (bw['bytes'] / bw['median_s']):.0f}% of "
+                                 "read_bw_decode")
             elif name in ("decode", "decode_b8"):
                 bw = by.get(("loom", "read_bw_decode", n))
                 if lo and "weight_bytes" in lo:
-                    notes.append(f"loom reads its {lo['weight_bytes'] / 2 ** 20:.1f} MiB of weights at "
-                                 f"{lo['weight_bytes'] / lo['median_s'] * 1e-9:.1f} GB/s per step"
+                    notes.append(f"loom: its {lo['weight_bytes'] / 2 ** 20:.1f} MiB of parameters per step time "
+                                 f"{lo['weight_bytes'] / lo['median_s'] * 1e-9:.1f} GB/s"
                                  + (f" ({100 * lo['weight_bytes'] / lo['median_s'] / (bw['bytes'] / bw['median_s']):.0f}%"
                                     " of read_bw_decode)" if bw else ""))
                 for r, who in ((lo, "loom"), (to, "PyTorch")):

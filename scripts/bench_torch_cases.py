@@ -103,12 +103,13 @@ def case_names():
         names += [mha_name("fwd", b, t, d, h), mha_name("fwdbwd", b, t, d, h)]
     return names + ["tiny_train", "small_train", "small_train_recompute", "gqa_fwd", "gqa_fwdbwd", "decode", "decode_b8",
                     "sgemm",
-                    "fma_peak", "read_bw_memory", "read_bw_decode"]
+                    "fma_peak", "read_bw_memory", "read_bw_decode", "decode_gemv"]
 
 
 # Cases PyTorch has no side of: the machine's FMA peak, which every GFLOP/s figure is read against,
-# and its read bandwidth (from memory, and over the decode case's weight bytes).
-LOOM_ONLY = {"fma_peak", "read_bw_memory", "read_bw_decode"}
+# its read bandwidth (from memory, and over the decode case's weight bytes), and the decode case's
+# weight GEMVs alone (read against the latter).
+LOOM_ONLY = {"fma_peak", "read_bw_memory", "read_bw_decode", "decode_gemv"}
 
 
 def mha_flop(b, t, d):
