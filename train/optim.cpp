@@ -60,22 +60,19 @@ void optimizer<T>::step() {
   try {
     // pieces of at most `grain` elements (none spans two parameters), for for_elements: each
     // parameter where the store has it (the optimizer never moves one), its buffers where
-    // packed() lays them out
+    // packed() lays them out (one after the other, flat_block's layout)
     constexpr std::int64_t grain = 16384;  // 64 KiB of floats per array: a TBB task's worth
     pieces_.clear();
-    std::vector<std::int64_t> sizes;
+    std::int64_t buffer = 0;
     std::size_t k = 0;
-    for (const auto& [name, e] : params_)
-      if (owns(k++)) sizes.push_back(e.value.size());
-    const auto buffers = flat_block<T>::lay_out(sizes);
-    k = 0;
-    std::size_t j = 0;
     for (auto& [name, e] : params_) {
-      if (owns(k))
-        for (std::int64_t at = 0, n = e.value.size(); at < n; at += grain)
-          pieces_.push_back(
-              {e.value.data() + at, e.grad.data() + at, buffers[j].offset + at, std::min(grain, n - at), k});
-      j += owns(k++) ? 1 : 0;
+      if (owns(k)) {
+        const std::int64_t n = e.value.size();
+        for (std::int64_t at = 0; at < n; at += grain)
+          pieces_.push_back({e.value.data() + at, e.grad.data() + at, buffer + at, std::min(grain, n - at), k});
+        buffer = flat_block<T>::next_offset(buffer + n);
+      }
+      ++k;
     }
     prepare();
   } catch (...) {

@@ -62,7 +62,7 @@ class flat_block {
       ++k;
     }
     std::vector<segment> segments = lay_out(sizes);
-    std::shared_ptr<T> block = allocate(segments.empty() ? 0 : round_up(segments.back().offset + segments.back().size));
+    std::shared_ptr<T> block = allocate(segments.empty() ? 0 : next_offset(segments.back().offset + segments.back().size));
     k = 0;  // the allocation was the only step that may fail
     for (tensor<T>* t : ts) {
       std::shared_ptr<T> slot(block, block.get() + segments[k].offset);
@@ -90,15 +90,17 @@ class flat_block {
   std::span<const segment> segments() const { return segments_; }
   bool empty() const { return segments_.empty(); }
 
-  /// The segments pack() makes for tensors of these sizes, in order: each starts at the first
-  /// multiple of `align` after the previous one ends.
+  /// Where pack() starts the segment after one that ends at `end`: the first multiple of
+  /// `align` from `end` on. (The optimizers lay their buffers out by the same rule.)
+  static std::int64_t next_offset(std::int64_t end) { return (end + align - 1) / align * align; }
+  /// The segments pack() makes for tensors of these sizes, in order.
   static std::vector<segment> lay_out(std::span<const std::int64_t> sizes) {
     std::vector<segment> segments;
     segments.reserve(sizes.size());
     std::int64_t total = 0;
     for (std::int64_t n : sizes) {
       segments.push_back({total, n});
-      total = round_up(total + n);
+      total = next_offset(total + n);
     }
     return segments;
   }
@@ -107,7 +109,6 @@ class flat_block {
   static constexpr std::int64_t align = 64 / static_cast<std::int64_t>(sizeof(T)) > 0 ? 64 / sizeof(T) : 1;
 
  private:
-  static std::int64_t round_up(std::int64_t n) { return (n + align - 1) / align * align; }
   static std::shared_ptr<T> allocate(std::int64_t n) {
     aligned_allocator<T> a;
     T* p = a.allocate(static_cast<std::size_t>(std::max<std::int64_t>(n, 1)));
