@@ -40,8 +40,9 @@ def ort_missing(ort_dir):
     return None
 
 
-def run_node(spec, work):
-    spec = {**spec, "ort_dir": os.path.abspath(os.environ["ORT_DIR"])}
+def run_node(spec, work, ort_dir):
+    """Runs bench_ort.js on `spec` (written into `work`) with onnxruntime-node from ort_dir."""
+    spec = {**spec, "ort_dir": os.path.abspath(ort_dir)}
     path = os.path.join(work, "spec.json")
     with open(path, "w") as f:
         json.dump(spec, f)
@@ -56,7 +57,7 @@ def protocol_of(p):
             "repetition_seconds": p.repetition_seconds}
 
 
-def ort_mha(torch, p, work, n, b, t, d, h):
+def ort_mha(torch, p, work, node, n, b, t, d, h):
     """torch_mha's forward (nn.MultiheadAttention, packed in_proj with bias, eval) exported."""
     torch.manual_seed(42)
     m = torch.nn.MultiheadAttention(d, h, batch_first=True).eval()
@@ -80,7 +81,7 @@ def ort_mha(torch, p, work, n, b, t, d, h):
     spec = {"mode": "call", "model": model, "threads": n, "protocol": protocol_of(p),
             "inputs": {"x": {"file": os.path.join(work, "x.bin"), "type": "float32", "dims": [b, t, d]}},
             "output_file": os.path.join(work, "y.bin")}
-    r = run_node(spec, work)
+    r = node(spec)
     import numpy  # here, not at the top: the command-line tests import this module without numpy
     got = torch.from_numpy(numpy.fromfile(spec["output_file"], dtype="float32")).view(b, t, d)
     err = (got - expected).abs().max().item()
@@ -91,7 +92,7 @@ def ort_mha(torch, p, work, n, b, t, d, h):
     return r
 
 
-def ort_decode(torch, p, work, n):
+def ort_decode(torch, p, work, node, n):
     """torch_decode's model exported as two graphs: the prefill of the prompt (caches start
     empty) and the KV-cached step (one token, its position, past keys/values of any length in;
     logits and present keys/values out). Greedy decoding runs in bench_ort.js."""
@@ -145,7 +146,7 @@ def ort_decode(torch, p, work, n):
             expected.append(token.item())
     spec = {"mode": "decode", "prefill": prefill_path, "step": step_path, "threads": n, "protocol": protocol_of(p),
             "prompt": prompt[0].tolist(), "new_tokens": LM["new_tokens"], "layers": layers}
-    r = run_node(spec, work)
+    r = node(spec)
     if r["token_ids"] != expected:
         first = next(i for i, (a, b) in enumerate(zip(r["token_ids"], expected)) if a != b)
         raise SystemExit(f"bench_ort_cases: ONNX Runtime's greedy tokens differ from PyTorch's from token {first}")
@@ -159,16 +160,18 @@ def run_ort_case(name, n, quick, ort_dir):
     missing = ort_missing(ort_dir)
     if missing:
         raise SystemExit(f"bench_ort_cases: {missing}")
-    os.environ["ORT_DIR"] = ort_dir
     import torch
     torch.set_num_threads(1)  # the export and the reference outputs only; ONNX Runtime has its own threads
     p = Protocol(quick)
     with tempfile.TemporaryDirectory(prefix="loom-ort-") as work:
+        def node(spec):
+            return run_node(spec, work, ort_dir)
+
         m = re.match(r"mha_fwd_b(\d+)_t(\d+)_d(\d+)_h(\d+)$", name)
         if m:
-            r = ort_mha(torch, p, work, n, *(int(g) for g in m.groups()))
+            r = ort_mha(torch, p, work, node, n, *(int(g) for g in m.groups()))
         elif name == "decode":
-            r = ort_decode(torch, p, work, n)
+            r = ort_decode(torch, p, work, node, n)
         else:
             raise SystemExit(f"bench_ort_cases: ONNX Runtime has no side of case {name!r}")
     head = {"framework": "ort", "case": name, "threads": n, "quick": int(quick),
