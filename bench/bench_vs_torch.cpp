@@ -24,10 +24,9 @@
 //                             512 MiB buffer (far beyond any cache); loom only
 //   read_bw_decode            the same over a buffer of the decode case's parameter bytes (what
 //                             one decoding step reads; it may stay in cache); loom only
-//   decode_gemv               the decode case's nine weight GEMVs alone (per layer: the packed
-//                             q/k/v projection, the output projection, the two feed-forward
-//                             layers; then the lm head), one row each, through ops::gemm as
-//                             decoding calls it; loom only
+//   decode_gemv               the decode case's weight GEMVs alone: x · Wᵀ for every weight matrix
+//                             of its model but the embedding table (nine), one row each, through
+//                             ops::gemm as decoding calls it; loom only
 //
 // Timing: warm-up (at least 3 calls and 0.3 s; --quick: 1 call and 0.05 s), then the median of
 // 7 (--quick, a smoke run: 3) repetitions of k calls each, k chosen from the median warm-up call
@@ -351,12 +350,16 @@ json_line train_step(const settings& s, std::int64_t b, std::int64_t len) {
 constexpr nn::transformer_config lm_cfg{
     .d_model = 256, .heads = 8, .ffn = 1024, .decoder_layers = 2, .tgt_vocab = 1000};
 
+/// The decode case's parameters (make_params of its model, seed 1).
+param_store<float> decode_params() {
+  return make_graph(nn::language_model<lm_cfg, nn::eval_mode>::logits()).make_params<float>(1);
+}
+
 json_line decode_batch(const settings& s, int batch) {
   constexpr int prompt_len = 16, new_tokens = 128;
   using step_model = nn::language_model<lm_cfg, nn::decode_mode>;
-  auto full = make_graph(nn::language_model<lm_cfg, nn::eval_mode>::logits());  // for the parameter set
   auto step = make_graph(step_model::logits());
-  auto params = full.make_params<float>(1);
+  auto params = decode_params();
   auto run = step.executor<float>(params, {.threads = s.threads, .inference = true});
   lcg gen{99};
   std::vector<std::vector<int>> prompts(static_cast<std::size_t>(batch));
@@ -538,38 +541,35 @@ json_line read_bandwidth(const settings& s, std::int64_t bytes) {
   return j.num("bytes", static_cast<double>(n * 64));
 }
 
-/// The weight GEMVs of one decoding step of the decode case (x · Wᵀ, W [out, in], one row), in
-/// the order the step runs them, each through ops::gemm as the fused linear calls it for one
-/// row: what the step spends reading its weights, against read_bw_decode.
+/// The weight GEMVs of one decoding step of the decode case: x · Wᵀ for every weight matrix of
+/// its model (all its rank-2 parameters but the embedding table, which a step reads one row
+/// of), one row each, through ops::gemm as the fused linear calls it for one row: what the step
+/// spends reading its weights, against read_bw_decode.
 json_line decode_gemv(const settings& s) {
-  const std::int64_t d = lm_cfg.d_model, f = lm_cfg.ffn, v = lm_cfg.tgt_vocab;
-  std::vector<std::array<std::int64_t, 2>> shapes;  // [out, in]
-  for (int layer = 0; layer < static_cast<int>(lm_cfg.decoder_layers); ++layer)
-    for (auto shape : {std::array{3 * d, d}, std::array{d, d}, std::array{f, d}, std::array{d, f}})
-      shapes.push_back(shape);
-  shapes.push_back({v, d});
-  std::vector<tensor<float>> w, x, y;
+  const auto params = decode_params();
+  struct product {
+    const tensor<float>* w;  // [out, in]
+    tensor<float> x, y;      // [1, in], [1, out]
+  };
+  std::vector<product> products;
   double bytes = 0;
-  for (std::size_t i = 0; i < shapes.size(); ++i) {
-    const auto [out, in] = shapes[i];
-    w.push_back(random_tensor({out, in}, 30 + i));
-    x.push_back(random_tensor({1, in}, 60 + i));
-    y.emplace_back(dims_t{1, out});
-    bytes += static_cast<double>(out * in) * sizeof(float);
+  std::uint64_t seed = 60;
+  for (const auto& [name, e] : params) {
+    if (e.value.rank() != 2 || name == "embed.weight") continue;
+    products.push_back({&e.value, random_tensor({1, e.value.dim(1)}, seed++), tensor<float>(dims_t{1, e.value.dim(0)})});
+    bytes += static_cast<double>(e.value.size()) * sizeof(float);
   }
   auto j = time_calls(s, [&] {
-    for (std::size_t i = 0; i < shapes.size(); ++i)
-      ops::gemm<float>(false, true, 1, shapes[i][0], shapes[i][1], 1.0f, x[i].data(), shapes[i][1], w[i].data(),
-                       shapes[i][1], 0.0f, y[i].data(), shapes[i][0]);
+    for (auto& p : products) {
+      const std::int64_t out = p.w->dim(0), in = p.w->dim(1);
+      ops::gemm<float>(false, true, 1, out, in, 1.0f, p.x.data(), in, p.w->data(), in, 0.0f, p.y.data(), out);
+    }
   }).json();
-  return j.num("bytes", bytes).num("gemvs", static_cast<double>(shapes.size()));
+  return j.num("bytes", bytes).num("gemvs", static_cast<double>(products.size()));
 }
 
-/// The decode case's parameter bytes (one decoding step reads each weight once).
-std::int64_t decode_weight_bytes() {
-  auto full = make_graph(nn::language_model<lm_cfg, nn::eval_mode>::logits());
-  return full.make_params<float>(1).numel() * static_cast<std::int64_t>(sizeof(float));
-}
+/// The decode case's parameter bytes (one decoding step reads each weight matrix once).
+std::int64_t decode_weight_bytes() { return decode_params().numel() * static_cast<std::int64_t>(sizeof(float)); }
 
 // ---------------------------------------------------------------- the cases
 
