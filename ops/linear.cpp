@@ -78,8 +78,8 @@ LOOM_VECTOR_CLONES void activation_slope(linear_params::act_t act, const T* __re
 // to each tile while it is in registers, instead of a pass over y after the product: when the
 // product is loom's kernel's (float, AVX-512, more than one row — one row is a GEMV) and the
 // activation is none or relu (gelu's z must be saved; erf stays in the loop above). The same
-// operations in the same order: the same bits. False, having done nothing, otherwise.
-// Columns [j0, j0 + width) of y only, when given (y's rows stay n long).
+// operations in the same order: the same bits. False, having done nothing, otherwise. With
+// `width`, only columns [j0, j0 + width) of y (its rows stay n long).
 template <class T>
 bool in_tiles(linear_params::act_t act, std::int64_t rows, std::int64_t n, std::int64_t k, const T* x, const T* w,
               const T* b, const T* res, T* y, std::int64_t j0 = 0, std::int64_t width = -1) {
@@ -105,6 +105,8 @@ bool in_column_tiles(linear_params::act_t act, std::int64_t rows, std::int64_t n
   if (cols >= n || act == linear_params::gelu || rows < 2) return false;
   const std::int64_t blocks = (n + cols - 1) / cols;
   if (!sgemm_avx512_takes(false, true, rows, n - (blocks - 1) * cols, k)) return false;  // the last block
+  // every block is taken now: the full blocks are multiples of 32 columns within a shape the
+  // kernel takes, and the last one was checked
   for_chunks(blocks, 1, [&](std::int64_t c0, std::int64_t c1) {
     for (std::int64_t cb = c0; cb < c1; ++cb)
       in_tiles(act, rows, n, k, x, w, b, res, y, cb * cols, std::min(cols, n - cb * cols));

@@ -83,8 +83,9 @@ class param_store {
 
   /// Sets a parameter's value and its gradient to zeros. For a parameter of the same shape,
   /// the value is written into its place (no layout change: an executor goes on reading it).
-  /// A new name, or another shape, gives the parameter a block of its own (a layout change;
-  /// the store is then not packed()). On failure (no memory) the store is unchanged.
+  /// A new name, or another shape, gives the parameter a block of its own, the value's elements
+  /// copied there (a layout change; the store is then not packed()). On failure (no memory)
+  /// the store is unchanged.
   tensor<T>& set(std::string name, tensor<T> value) {
     if (entry* e = find(name); e && e->value.dims() == value.dims()) {
       e->value = std::move(value);  // into its slot
