@@ -26,6 +26,7 @@
 
 #include <cstdint>
 #include <initializer_list>
+#include <string>
 #include <span>
 #include <string_view>
 #include <type_traits>
@@ -38,6 +39,7 @@ namespace loom {
 
 struct node_desc;
 struct dims_t;
+class onnx_emitter;  // how an op is written as ONNX (core/onnx_mapping.hpp)
 template <class T>
 struct op_args;  // what a kernel sees (core/kernel.hpp)
 
@@ -149,6 +151,9 @@ struct op_entry : op_traits {
   node_role role = node_role::op;
   op_kernels<float> f32{};
   op_kernels<double> f64{};
+  /// How the op is written as ONNX (its declaration's `static std::string
+  /// to_onnx(onnx_emitter&)`, see core/onnx_mapping.hpp); null: it cannot be exported.
+  std::string (*to_onnx)(onnx_emitter&) = nullptr;
 
   template <class T>
   constexpr const op_kernels<T>& kernels() const {
@@ -200,6 +205,7 @@ constexpr op_entry make_entry() {
   e.id = op_id(e.name);
   e.f32 = kernels_from<D, float>();
   e.f64 = kernels_from<D, double>();
+  if constexpr (requires { static_cast<std::string (*)(onnx_emitter&)>(&D::to_onnx); }) e.to_onnx = &D::to_onnx;
   return e;
 }
 }  // namespace detail

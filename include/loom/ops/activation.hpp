@@ -9,11 +9,17 @@
 
 namespace loom {
 
-struct relu_op : op_def<relu_op, "relu", in_place_traits_reading_output>, compiled_kernels<relu_op> {};
+struct relu_op : op_def<relu_op, "relu", in_place_traits_reading_output>, compiled_kernels<relu_op> {
+  /// Written as ONNX (core/onnx_mapping.hpp; the library's mappings: ops/onnx_mappings.cpp).
+  static std::string to_onnx(onnx_emitter& e);
+};
 extern template struct compiled_kernels<relu_op>;  // ops/activation.cpp
 
 struct gelu_op : op_def<gelu_op, "gelu", op_traits{.can_run_in_place = true, .backward_reads = reads({0})}>,
-                 compiled_kernels<gelu_op> {};
+                 compiled_kernels<gelu_op> {
+  /// Written as ONNX (core/onnx_mapping.hpp; the library's mappings: ops/onnx_mappings.cpp).
+  static std::string to_onnx(onnx_emitter& e);
+};
 extern template struct compiled_kernels<gelu_op>;  // ops/activation.cpp
 
 /// max(x, 0), elementwise; shape unchanged.

@@ -18,6 +18,8 @@ inline constexpr bool is_shape_suffix = [] {
 }();
 
 struct add_op : op_def<add_op, "add", in_place_traits>, compiled_kernels<add_op> {
+  /// Written as ONNX (core/onnx_mapping.hpp; the library's mappings: ops/onnx_mappings.cpp).
+  static std::string to_onnx(onnx_emitter& e);
   template <class A, class B> using rule = broadcast_rule<add_op, A, B>;
 };
 extern template struct compiled_kernels<add_op>;  // ops/add.cpp
@@ -44,6 +46,8 @@ constexpr auto operator+(A a, B b) {
 }
 
 struct sum_op : op_def<sum_op, "sum">, compiled_kernels<sum_op> {
+  /// Written as ONNX (core/onnx_mapping.hpp; the library's mappings: ops/onnx_mappings.cpp).
+  static std::string to_onnx(onnx_emitter& e);
   template <class S> struct rule { using type = shape<>; };
 };
 extern template struct compiled_kernels<sum_op>;  // ops/add.cpp

@@ -16,6 +16,8 @@
 namespace loom {
 
 struct sub_op : op_def<sub_op, "sub", in_place_traits>, compiled_kernels<sub_op> {
+  /// Written as ONNX (core/onnx_mapping.hpp; the library's mappings: ops/onnx_mappings.cpp).
+  static std::string to_onnx(onnx_emitter& e);
   template <class A, class B> using rule = broadcast_rule<sub_op, A, B>;
 };
 extern template struct compiled_kernels<sub_op>;  // ops/binary.cpp
@@ -28,18 +30,24 @@ inline constexpr op_traits binary_traits_reading_operands{
 }  // namespace detail
 
 struct div_op : op_def<div_op, "div", detail::binary_traits_reading_operands>, compiled_kernels<div_op> {
+  /// Written as ONNX (core/onnx_mapping.hpp; the library's mappings: ops/onnx_mappings.cpp).
+  static std::string to_onnx(onnx_emitter& e);
   template <class A, class B> using rule = broadcast_rule<div_op, A, B>;
 };
 extern template struct compiled_kernels<div_op>;  // ops/binary.cpp
 
 struct maximum_op : op_def<maximum_op, "maximum", detail::binary_traits_reading_operands>,
                     compiled_kernels<maximum_op> {
+  /// Written as ONNX (core/onnx_mapping.hpp; the library's mappings: ops/onnx_mappings.cpp).
+  static std::string to_onnx(onnx_emitter& e);
   template <class A, class B> using rule = broadcast_rule<maximum_op, A, B>;
 };
 extern template struct compiled_kernels<maximum_op>;  // ops/binary.cpp
 
 struct minimum_op : op_def<minimum_op, "minimum", detail::binary_traits_reading_operands>,
                     compiled_kernels<minimum_op> {
+  /// Written as ONNX (core/onnx_mapping.hpp; the library's mappings: ops/onnx_mappings.cpp).
+  static std::string to_onnx(onnx_emitter& e);
   template <class A, class B> using rule = broadcast_rule<minimum_op, A, B>;
 };
 extern template struct compiled_kernels<minimum_op>;  // ops/binary.cpp

@@ -23,7 +23,10 @@ inline constexpr bool checkpoint_operands = (is_node<X> && ...);
 /// checkpoint(y, x...) has y's shape: op_def's default rule (input 0's shape).
 struct checkpoint_op
     : op_def<checkpoint_op, "checkpoint", op_traits{.is_view = true, .writes_fresh = true, .bounds_recompute = true}>,
-      compiled_kernels<checkpoint_op> {};
+      compiled_kernels<checkpoint_op> {
+  /// Written as ONNX (core/onnx_mapping.hpp; the library's mappings: ops/onnx_mappings.cpp).
+  static std::string to_onnx(onnx_emitter& e);
+};
 extern template struct compiled_kernels<checkpoint_op>;  // ops/checkpoint.cpp
 
 /// y, marked as the output of a block whose inputs are x...: with exec_options::recompute the

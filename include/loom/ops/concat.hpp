@@ -63,6 +63,8 @@ constexpr bool concat_appends_to_input(const node_desc& node) {
 
 /// concat's declaration: name, traits and kernels (compiled once, whatever the attributes).
 struct concat_def : op_def<concat_def, "concat">, compiled_kernels<concat_def> {
+  /// Written as ONNX (core/onnx_mapping.hpp; the library's mappings: ops/onnx_mappings.cpp).
+  static std::string to_onnx(onnx_emitter& e);
   static constexpr op_traits traits{
       .reads_strided = &concat_reads_strided,
       .appends_to_input = &concat_appends_to_input,
@@ -108,6 +110,8 @@ struct slice_attrs {
 
 /// slice's declaration: name, traits and kernels (compiled once, whatever the attributes).
 struct slice_def : op_def<slice_def, "slice">, compiled_kernels<slice_def> {
+  /// Written as ONNX (core/onnx_mapping.hpp; the library's mappings: ops/onnx_mappings.cpp).
+  static std::string to_onnx(onnx_emitter& e);
   template <class T> static void check(const op_args<T>& a);
 };
 extern template struct compiled_kernels<slice_def>;  // ops/concat.cpp

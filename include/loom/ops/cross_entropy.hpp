@@ -30,7 +30,10 @@ struct cross_entropy_attrs {
 /// cross_entropy's declaration: name, traits and kernels (compiled once, whatever the attributes).
 struct cross_entropy_def
     : op_def<cross_entropy_def, "cross_entropy", op_traits{.writes_fresh = true, .backward_reads = reads({0, 1})}>,
-      compiled_kernels<cross_entropy_def> {};
+      compiled_kernels<cross_entropy_def> {
+  /// Written as ONNX (core/onnx_mapping.hpp; the library's mappings: ops/onnx_mappings.cpp).
+  static std::string to_onnx(onnx_emitter& e);
+};
 extern template struct compiled_kernels<cross_entropy_def>;  // ops/cross_entropy.cpp
 
 template <long IgnoreIndex, double LabelSmoothing>

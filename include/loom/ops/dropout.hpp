@@ -30,7 +30,10 @@ struct dropout_attrs {
 
 /// dropout's declaration: name, traits and kernels (compiled once, whatever the attributes).
 struct dropout_def : op_def<dropout_def, "dropout", op_traits{.can_run_in_place = true, .backward_reads = reads({1})}>,
-                     compiled_kernels<dropout_def> {};
+                     compiled_kernels<dropout_def> {
+  /// Written as ONNX (core/onnx_mapping.hpp; the library's mappings: ops/onnx_mappings.cpp).
+  static std::string to_onnx(onnx_emitter& e);
+};
 extern template struct compiled_kernels<dropout_def>;  // ops/dropout.cpp
 
 template <double P>

@@ -16,6 +16,8 @@ inline constexpr bool is_embedding_table = W::rank == 2;
 
 struct embedding_op : op_def<embedding_op, "embedding", op_traits{.backward_reads = reads({0})}>,
                       compiled_kernels<embedding_op> {
+  /// Written as ONNX (core/onnx_mapping.hpp; the library's mappings: ops/onnx_mappings.cpp).
+  static std::string to_onnx(onnx_emitter& e);
   template <class Tok, class W>
   struct rule {
     static_assert(is_embedding_table<W>, "embedding: the weight must be a table [V, D]");

@@ -16,6 +16,8 @@
 namespace loom {
 
 struct gelu_tanh_op : pointwise<gelu_tanh_op, pointwise_reads::input> {
+  /// Written as ONNX (core/onnx_mapping.hpp; the library's mappings: ops/onnx_mappings.cpp).
+  static std::string to_onnx(onnx_emitter& e);
   static constexpr std::string_view name = "gelu_tanh";
   static constexpr double sqrt_2_over_pi = 0.79788456080286535588;
   static constexpr double cubic = 0.044715;

@@ -29,6 +29,8 @@ namespace loom {
 
 /// mask_causal's declaration: scores [.., T, S] need two axes at least.
 struct mask_causal_op : op_def<mask_causal_op, "mask_causal", in_place_traits>, compiled_kernels<mask_causal_op> {
+  /// Written as ONNX (core/onnx_mapping.hpp; the library's mappings: ops/onnx_mappings.cpp).
+  static std::string to_onnx(onnx_emitter& e);
   template <class S>
   using rule = axes_at_least<mask_causal_op, 2, S>;
 };
@@ -46,6 +48,8 @@ struct mask_padding_attrs {
 /// mask_padding's declaration: name, traits, kernels and rule (whichever side is masked).
 struct mask_padding_def : op_def<mask_padding_def, "mask_padding", in_place_traits_reading(reads({1}))>,
                           compiled_kernels<mask_padding_def> {
+  /// Written as ONNX (core/onnx_mapping.hpp; the library's mappings: ops/onnx_mappings.cpp).
+  static std::string to_onnx(onnx_emitter& e);
   template <class S, class L>
   struct rule {
     static_assert(S::rank >= 2, "mask_padding: scores need at least two axes [B, .., T, S]");
@@ -96,7 +100,10 @@ struct mask_bool_attrs {
 
 /// mask_bool's declaration: name, traits and kernels (compiled once, whatever the attributes).
 struct mask_bool_def : op_def<mask_bool_def, "mask_bool", in_place_traits_reading(reads({1}))>,
-                       compiled_kernels<mask_bool_def> {};
+                       compiled_kernels<mask_bool_def> {
+  /// Written as ONNX (core/onnx_mapping.hpp; the library's mappings: ops/onnx_mappings.cpp).
+  static std::string to_onnx(onnx_emitter& e);
+};
 extern template struct compiled_kernels<mask_bool_def>;  // ops/mask.cpp
 
 template <int Lead>

@@ -38,6 +38,8 @@ constexpr bool matmul_reads_strided(const node_desc&, int) { return true; }
 
 /// matmul's declaration: name, traits and kernels (compiled once, whatever the attributes).
 struct matmul_def : op_def<matmul_def, "matmul">, compiled_kernels<matmul_def> {
+  /// Written as ONNX (core/onnx_mapping.hpp; the library's mappings: ops/onnx_mappings.cpp).
+  static std::string to_onnx(onnx_emitter& e);
   static constexpr op_traits traits{
       .reads_strided = &matmul_reads_strided,
       .writes_fresh = true,

@@ -10,6 +10,8 @@ namespace loom {
 
 struct mul_op : op_def<mul_op, "mul", op_traits{.can_run_in_place = true, .backward_reads = reads({0, 1})}>,
                 compiled_kernels<mul_op> {
+  /// Written as ONNX (core/onnx_mapping.hpp; the library's mappings: ops/onnx_mappings.cpp).
+  static std::string to_onnx(onnx_emitter& e);
   template <class A, class B> using rule = broadcast_rule<mul_op, A, B>;
 };
 extern template struct compiled_kernels<mul_op>;  // ops/mul.cpp

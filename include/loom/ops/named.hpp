@@ -17,7 +17,10 @@ namespace loom {
 /// named's declaration: name, traits and kernels (compiled once, whatever the attributes).
 struct named_def
     : op_def<named_def, "named", op_traits{.is_view = true, .writes_fresh = true, .is_named_output = true}>,
-      compiled_kernels<named_def> {};
+      compiled_kernels<named_def> {
+  /// Written as ONNX (core/onnx_mapping.hpp; the library's mappings: ops/onnx_mappings.cpp).
+  static std::string to_onnx(onnx_emitter& e);
+};
 extern template struct compiled_kernels<named_def>;  // ops/named.cpp
 
 /// The op of named<Name>(x): identity (x's shape), with the name in the node's descriptor.

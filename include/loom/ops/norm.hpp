@@ -71,6 +71,8 @@ struct layer_norm_attrs {
 };
 
 struct layer_norm_def : op_def<layer_norm_def, "layer_norm">, compiled_kernels<layer_norm_def> {
+  /// Written as ONNX (core/onnx_mapping.hpp; the library's mappings: ops/onnx_mappings.cpp).
+  static std::string to_onnx(onnx_emitter& e);
   static constexpr op_traits traits = row_norm_traits(&ops::layer_norm_saved, &ops::layer_norm_scratch);
   template <class X, class G, class B>
   struct rule {
@@ -101,6 +103,8 @@ struct rms_norm_attrs {
 };
 
 struct rms_norm_def : op_def<rms_norm_def, "rms_norm">, compiled_kernels<rms_norm_def> {
+  /// Written as ONNX (core/onnx_mapping.hpp; the library's mappings: ops/onnx_mappings.cpp).
+  static std::string to_onnx(onnx_emitter& e);
   static constexpr op_traits traits = row_norm_traits(&ops::rms_norm_saved, &ops::rms_norm_scratch);
   template <class X, class W>
   struct rule {

@@ -28,6 +28,8 @@ struct positional_encoding_attrs {
 /// positional_encoding's declaration: name, traits, kernels and rule (positions given or not).
 struct positional_encoding_def : op_def<positional_encoding_def, "positional_encoding", in_place_traits>,
                                  compiled_kernels<positional_encoding_def> {
+  /// Written as ONNX (core/onnx_mapping.hpp; the library's mappings: ops/onnx_mappings.cpp).
+  static std::string to_onnx(onnx_emitter& e);
   template <class X, class... Pos>
   struct rule {
     static_assert(X::rank >= 2, "add_positional_encoding: x must be [.., T, D]");

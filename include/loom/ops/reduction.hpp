@@ -61,11 +61,19 @@ struct axis_reduction : Def {
 };
 
 struct reduce_sum_def : op_def<reduce_sum_def, "reduce_sum", op_traits{.writes_fresh = true}>,
-                        compiled_kernels<reduce_sum_def> {};
-struct mean_def : op_def<mean_def, "mean", op_traits{.writes_fresh = true}>, compiled_kernels<mean_def> {};
+                        compiled_kernels<reduce_sum_def> {
+  /// Written as ONNX (core/onnx_mapping.hpp; the library's mappings: ops/onnx_mappings.cpp).
+  static std::string to_onnx(onnx_emitter& e);
+};
+struct mean_def : op_def<mean_def, "mean", op_traits{.writes_fresh = true}>, compiled_kernels<mean_def> {
+  /// Written as ONNX (core/onnx_mapping.hpp; the library's mappings: ops/onnx_mappings.cpp).
+  static std::string to_onnx(onnx_emitter& e);
+};
 struct amax_def : op_def<amax_def, "amax",
                          op_traits{.writes_fresh = true, .backward_reads = reads({0}), .backward_reads_output = true}>,
                   compiled_kernels<amax_def> {
+  /// Written as ONNX (core/onnx_mapping.hpp; the library's mappings: ops/onnx_mappings.cpp).
+  static std::string to_onnx(onnx_emitter& e);
   /// Throws shape_error when the axis has size 0 (a max over nothing).
   template <class T> static void check(const op_args<T>& a);
 };

@@ -52,7 +52,10 @@ inline constexpr bool reshape_preserves_size = [] {
 
 /// reshape's declaration: name, traits and kernels (compiled once, whatever the attributes).
 struct reshape_def : op_def<reshape_def, "reshape", op_traits{.is_view = true, .writes_fresh = true}>,
-                     compiled_kernels<reshape_def> {};
+                     compiled_kernels<reshape_def> {
+  /// Written as ONNX (core/onnx_mapping.hpp; the library's mappings: ops/onnx_mappings.cpp).
+  static std::string to_onnx(onnx_emitter& e);
+};
 extern template struct compiled_kernels<reshape_def>;  // ops/reshape.cpp
 
 template <class To>
@@ -92,7 +95,10 @@ struct transpose_attrs {
 
 /// transpose's declaration: name, traits and kernels (compiled once, whatever the attributes).
 struct transpose_def : op_def<transpose_def, "transpose", op_traits{.writes_fresh = true}>,
-                       compiled_kernels<transpose_def> {};
+                       compiled_kernels<transpose_def> {
+  /// Written as ONNX (core/onnx_mapping.hpp; the library's mappings: ops/onnx_mappings.cpp).
+  static std::string to_onnx(onnx_emitter& e);
+};
 extern template struct compiled_kernels<transpose_def>;  // ops/reshape.cpp
 
 template <int... P>

@@ -66,6 +66,8 @@ struct rope_attrs {
 /// rope's declaration: name, traits and kernels (compiled once, whatever the attributes).
 /// The traits hold function addresses, so they are a member, not op_def's argument.
 struct rope_def : op_def<rope_def, "rope">, compiled_kernels<rope_def> {
+  /// Written as ONNX (core/onnx_mapping.hpp; the library's mappings: ops/onnx_mappings.cpp).
+  static std::string to_onnx(onnx_emitter& e);
   static constexpr op_traits traits{
       .writes_fresh = true,
       .can_run_in_place = true,

@@ -13,7 +13,10 @@ struct scale_attrs {
 };
 
 /// scale's declaration: name, traits and kernels (compiled once, whatever the attributes).
-struct scale_def : op_def<scale_def, "scale", in_place_traits>, compiled_kernels<scale_def> {};
+struct scale_def : op_def<scale_def, "scale", in_place_traits>, compiled_kernels<scale_def> {
+  /// Written as ONNX (core/onnx_mapping.hpp; the library's mappings: ops/onnx_mappings.cpp).
+  static std::string to_onnx(onnx_emitter& e);
+};
 extern template struct compiled_kernels<scale_def>;  // ops/scale.cpp
 
 /// scale<C>(x): x's shape (op_def's default rule), C stored as the attribute.

@@ -8,7 +8,10 @@
 
 namespace loom {
 
-struct silu_op : op_def<silu_op, "silu", in_place_traits_reading(reads({0}))>, compiled_kernels<silu_op> {};
+struct silu_op : op_def<silu_op, "silu", in_place_traits_reading(reads({0}))>, compiled_kernels<silu_op> {
+  /// Written as ONNX (core/onnx_mapping.hpp; the library's mappings: ops/onnx_mappings.cpp).
+  static std::string to_onnx(onnx_emitter& e);
+};
 extern template struct compiled_kernels<silu_op>;  // ops/silu.cpp
 
 /// x · sigmoid(x), elementwise; same shape as x.

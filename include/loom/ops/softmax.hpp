@@ -9,6 +9,8 @@
 namespace loom {
 
 struct softmax_op : op_def<softmax_op, "softmax", in_place_traits_reading_output>, compiled_kernels<softmax_op> {
+  /// Written as ONNX (core/onnx_mapping.hpp; the library's mappings: ops/onnx_mappings.cpp).
+  static std::string to_onnx(onnx_emitter& e);
   template <class S>
   using rule = axes_at_least<softmax_op, 1, S>;  // it works along the last axis
 };

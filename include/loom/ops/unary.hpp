@@ -22,54 +22,72 @@
 namespace loom {
 
 struct neg_op : pointwise<neg_op, pointwise_reads::none> {
+  /// Written as ONNX (core/onnx_mapping.hpp; the library's mappings: ops/onnx_mappings.cpp).
+  static std::string to_onnx(onnx_emitter& e);
   static constexpr std::string_view name = "neg";
   template <class T> static T f(T x) { return -x; }
   template <class T> static T df(T, T) { return T(-1); }
 };
 
 struct exp_op : pointwise<exp_op, pointwise_reads::output> {
+  /// Written as ONNX (core/onnx_mapping.hpp; the library's mappings: ops/onnx_mappings.cpp).
+  static std::string to_onnx(onnx_emitter& e);
   static constexpr std::string_view name = "exp";
   template <class T> static T f(T x) { return std::exp(x); }
   template <class T> static T df(T, T y) { return y; }
 };
 
 struct log_op : pointwise<log_op, pointwise_reads::input> {
+  /// Written as ONNX (core/onnx_mapping.hpp; the library's mappings: ops/onnx_mappings.cpp).
+  static std::string to_onnx(onnx_emitter& e);
   static constexpr std::string_view name = "log";
   template <class T> static T f(T x) { return std::log(x); }
   template <class T> static T df(T x, T) { return T(1) / x; }
 };
 
 struct sqrt_op : pointwise<sqrt_op, pointwise_reads::output> {
+  /// Written as ONNX (core/onnx_mapping.hpp; the library's mappings: ops/onnx_mappings.cpp).
+  static std::string to_onnx(onnx_emitter& e);
   static constexpr std::string_view name = "sqrt";
   template <class T> static T f(T x) { return std::sqrt(x); }
   template <class T> static T df(T, T y) { return T(0.5) / y; }
 };
 
 struct rsqrt_op : pointwise<rsqrt_op, pointwise_reads::output> {
+  /// Written as ONNX (core/onnx_mapping.hpp; the library's mappings: ops/onnx_mappings.cpp).
+  static std::string to_onnx(onnx_emitter& e);
   static constexpr std::string_view name = "rsqrt";
   template <class T> static T f(T x) { return T(1) / std::sqrt(x); }
   template <class T> static T df(T, T y) { return T(-0.5) * y * y * y; }
 };
 
 struct tanh_op : pointwise<tanh_op, pointwise_reads::output> {
+  /// Written as ONNX (core/onnx_mapping.hpp; the library's mappings: ops/onnx_mappings.cpp).
+  static std::string to_onnx(onnx_emitter& e);
   static constexpr std::string_view name = "tanh";
   template <class T> static T f(T x) { return std::tanh(x); }
   template <class T> static T df(T, T y) { return T(1) - y * y; }
 };
 
 struct sigmoid_op : pointwise<sigmoid_op, pointwise_reads::output> {
+  /// Written as ONNX (core/onnx_mapping.hpp; the library's mappings: ops/onnx_mappings.cpp).
+  static std::string to_onnx(onnx_emitter& e);
   static constexpr std::string_view name = "sigmoid";
   template <class T> static T f(T x) { return T(1) / (T(1) + std::exp(-x)); }
   template <class T> static T df(T, T y) { return y * (T(1) - y); }
 };
 
 struct abs_op : pointwise<abs_op, pointwise_reads::input> {
+  /// Written as ONNX (core/onnx_mapping.hpp; the library's mappings: ops/onnx_mappings.cpp).
+  static std::string to_onnx(onnx_emitter& e);
   static constexpr std::string_view name = "abs";
   template <class T> static T f(T x) { return std::abs(x); }
   template <class T> static T df(T x, T) { return x > T(0) ? T(1) : x < T(0) ? T(-1) : T(0); }
 };
 
 struct square_op : pointwise<square_op, pointwise_reads::input> {
+  /// Written as ONNX (core/onnx_mapping.hpp; the library's mappings: ops/onnx_mappings.cpp).
+  static std::string to_onnx(onnx_emitter& e);
   static constexpr std::string_view name = "square";
   template <class T> static T f(T x) { return x * x; }
   template <class T> static T df(T x, T) { return T(2) * x; }

@@ -13,6 +13,8 @@ namespace loom {
 
 struct where_op : op_def<where_op, "where", op_traits{.writes_fresh = true, .backward_reads = reads({0})}>,
                   compiled_kernels<where_op> {
+  /// Written as ONNX (core/onnx_mapping.hpp; the library's mappings: ops/onnx_mappings.cpp).
+  static std::string to_onnx(onnx_emitter& e);
   template <class C, class A, class B>
   struct rule {
     static_assert(shapes_broadcast<A, B>,

@@ -1,0 +1,290 @@
+// loom::onnx::save, proven against ONNX Runtime: graphs exported, checked by ONNX's checker, run
+// in onnxruntime-node (scripts/onnx_run.js) on the same inputs, and compared with loom's outputs;
+// greedy decoding of the translation model through its exported step gives loom's tokens.
+// The ONNX Runtime cases need node (LOOM_NODE) and onnxruntime-node in LOOM_ORT_DIR (both
+// installed by scripts/setup): without node the executable exits 77, which CTest reports as
+// skipped, with the reason.
+#define CATCH_CONFIG_RUNNER
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <deque>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "loom/io/safetensors.hpp"
+#include "loom/loom.hpp"
+#include "loom/onnx/export.hpp"
+#include "translation.hpp"
+
+using namespace loom;
+namespace fs = std::filesystem;
+
+namespace {
+
+fs::path work_dir() {
+  static const fs::path dir = [] {
+    fs::path d = fs::temp_directory_path() / ("loom_onnx_test_" + std::to_string(::getpid()));
+    fs::create_directories(d);
+    return d;
+  }();
+  return dir;
+}
+
+// One feed, as loom takes it and as the safetensors file for ONNX Runtime holds it (ints as I64,
+// masks as BOOL).
+struct feeds {
+  std::vector<feed> loom;
+  tensor_file file;
+  std::deque<tensor<float>> reals;  // what loom's feeds borrow
+  std::deque<tensor<std::int32_t>> ints;
+  std::deque<tensor<std::uint8_t>> masks;
+  template <class E>
+  void add(const std::string& name, const tensor<E>& t) {
+    if constexpr (std::is_same_v<E, float>) loom.emplace_back(name, reals.emplace_back(t));
+    else if constexpr (std::is_same_v<E, std::int32_t>) loom.emplace_back(name, ints.emplace_back(t));
+    else loom.emplace_back(name, masks.emplace_back(t));
+    if constexpr (std::is_same_v<E, std::int32_t>) {
+      tensor<std::int64_t> wide(t.dims());
+      for (std::int64_t i = 0; i < t.size(); ++i) wide[i] = t[i];
+      file.tensors[name] = to_stored(wide);
+    } else if constexpr (std::is_same_v<E, std::uint8_t>) {
+      stored_tensor s = to_stored(t);
+      s.type = storage_type::boolean;
+      file.tensors[name] = s;
+    } else {
+      file.tensors[name] = to_stored(t);
+    }
+  }
+};
+
+// Runs `model` in ONNX Runtime on `in`; returns every output.
+tensor_file run_ort(const fs::path& model, const tensor_file& in) {
+  const fs::path in_path = work_dir() / (model.stem().string() + ".in.safetensors");
+  const fs::path out_path = work_dir() / (model.stem().string() + ".out.safetensors");
+  write_safetensors(in_path.string(), in);
+  const std::string cmd = std::string(LOOM_NODE) + " " + LOOM_SOURCE_DIR + "/scripts/onnx_run.js " + LOOM_ORT_DIR +
+                          " " + model.string() + " " + in_path.string() + " " + out_path.string();
+  INFO(cmd);
+  REQUIRE(std::system(cmd.c_str()) == 0);
+  return read_safetensors(out_path.string());
+}
+
+double max_abs_diff(tensor_view<const float> loom_out, const stored_tensor& ort_out) {
+  const tensor<float> o = to_tensor<float>(ort_out);
+  REQUIRE(o.size() == loom_out.size());
+  double worst = 0;
+  for (std::int64_t i = 0; i < o.size(); ++i) {
+    const double a = loom_out.data[i], b = o[i];
+    if (std::isnan(a) || std::isnan(b)) {
+      if (std::isnan(a) && std::isnan(b)) continue;
+      return INFINITY;  // NaN on one side only
+    }
+    if (std::isinf(a) && a == b) continue;
+    worst = std::max(worst, std::abs(a - b));
+  }
+  return worst;
+}
+
+tensor<float> random_tensor(dims_t d, std::uint64_t seed, float scale = 1) {
+  tensor<float> t(d);
+  rng gen(seed);
+  for (std::int64_t i = 0; i < t.size(); ++i) t[i] = scale * static_cast<float>(gen.normal());
+  return t;
+}
+
+}  // namespace
+
+TEST_CASE("onnx: a graph of the element-wise, reduction, shape and mask ops matches ONNX Runtime") {
+  auto x = input<"x", shape<dyn<"B">, dyn<"T">, fix<8>>>();
+  auto len = input<"len", shape<dyn<"B">>, int>();
+  auto w = param<"w", shape<fix<8>, fix<8>>>();
+  auto g1 = param<"g1", shape<fix<8>>>();
+  auto b1 = param<"b1", shape<fix<8>>>();
+  auto h = layer_norm<1e-5>(matmul(x, w), g1, b1);
+  auto s = matmul<false, true>(h, h);  // [B, T, T]
+  auto p = softmax(mask_padding(mask_causal(scale<0.35>(s)), len));
+  auto y = gelu(matmul(p, h)) + silu(h) * sigmoid(h) - loom::tanh(h) / (loom::exp(neg(loom::abs(h))) + sigmoid(h));
+  auto z = reduce_sum<1, true>(square(y)) + mean<-1, true>(loom::sqrt(loom::abs(y))) + amax<1, true>(relu(y));
+  auto r = rms_norm<1e-6>(transpose<1, 0, 2>(concat<1>(y, y)), g1);
+  auto g = make_graph(named<"scores">(p), z, r, gelu_tanh(slice<-1, fix<2>, fix<4>>(y)));
+
+  auto params = g.make_params<float>(7);
+  feeds in;
+  in.add("x", random_tensor({2, 5, 8}, 11));
+  in.add("len", tensor<std::int32_t>({2}, {5, 3}));
+  auto run = g.executor<float>(params, {.inference = true});
+  run.forward(in.loom);
+
+  const fs::path model = work_dir() / "ops.onnx";
+  onnx::save(g, params, model.string());
+  onnx::check_file(model.string());
+  const tensor_file out = run_ort(model, in.file);
+  REQUIRE(out.tensors.size() == 4);
+  CHECK(max_abs_diff(run.output("scores"), out.tensors.at("scores")) <= 1e-5);
+  CHECK(max_abs_diff(run.output(1), out.tensors.at("output1")) <= 1e-5);
+  CHECK(max_abs_diff(run.output(2), out.tensors.at("output2")) <= 1e-5);
+  CHECK(max_abs_diff(run.output(3), out.tensors.at("output3")) <= 1e-5);
+}
+
+TEST_CASE("onnx: rope in both layouts, positional encoding, embedding and a bool mask match ONNX Runtime") {
+  auto tok = input<"tok", shape<dyn<"B">, dyn<"T">>, int>();
+  auto pos = input<"pos", shape<dyn<"B">, dyn<"T">>, int>();
+  auto allowed = input<"allowed", shape<dyn<"B">, dyn<"T">>, bool>();
+  auto emb = param<"emb", shape<fix<11>, fix<8>>>();
+  auto x = add_positional_encoding(embedding(tok, emb), pos);           // [B, T, 8]
+  auto heads = transpose<0, 2, 1, 3>(reshape<shape<dyn<"B">, dyn<"T">, fix<2>, fix<4>>>(x));  // [B, 2, T, 4]
+  auto a = rope<rope_layout::rotate_half>(heads, pos);
+  auto b = rope<rope_layout::interleaved, 500.0>(heads);
+  auto scores = mask_bool<1>(matmul<false, true>(a, b), allowed);     // [B, 2, T, T], allowed [B, T] per key
+  auto g = make_graph(softmax(scores), add_positional_encoding(x));
+
+  auto params = g.make_params<float>(3);
+  feeds in;
+  in.add("tok", tensor<std::int32_t>({2, 3}, {1, 4, 10, 0, 7, 2}));
+  in.add("pos", tensor<std::int32_t>({2, 3}, {0, 1, 2, 5, 6, 7}));
+  in.add("allowed", tensor<std::uint8_t>({2, 3}, {1, 1, 0, 1, 1, 1}));
+  auto run = g.executor<float>(params, {.inference = true});
+  run.forward(in.loom);
+
+  const fs::path model = work_dir() / "positions.onnx";
+  onnx::save(g, params, model.string());
+  const tensor_file out = run_ort(model, in.file);
+  CHECK(max_abs_diff(run.output(0), out.tensors.at("output0")) <= 1e-5);
+  CHECK(max_abs_diff(run.output(1), out.tensors.at("output1")) <= 1e-5);
+}
+
+TEST_CASE("onnx: the translation model's encoder and decoding step match loom, and greedy decoding through the "
+          "exported step gives loom's tokens") {
+  constexpr auto cfg = translation::config<>;
+  using eval_model = nn::seq2seq<cfg, nn::eval_mode>;
+  using decode_model = nn::seq2seq<cfg, nn::decode_mode>;
+  auto memory_graph = std::apply([](auto... m) { return make_graph(m...); }, eval_model::cross_memory());
+  auto step_graph = make_graph(decode_model::logits());
+  auto params = make_graph(eval_model::logits()).make_params<float>(5);
+
+  translation::task t(9999, 200, 10, 40, 1);
+  std::vector<std::size_t> idx(t.data.test.size());
+  for (std::size_t i = 0; i < idx.size(); ++i) idx[i] = i;
+  const auto batch = make_batch(t.data.test, idx, t.source, t.target);
+  const auto n = static_cast<std::int64_t>(idx.size());
+
+  // loom: encoder once, then greedy decoding through the KV cache
+  auto memory = memory_graph.executor<float>(params, {.inference = true});
+  auto step = step_graph.executor<float>(params, {.inference = true});
+  const auto extra = translation::encode(memory, batch);
+  nn::kv_cache<float> cache(step, n, 24);
+  std::vector<std::vector<int>> prompts(idx.size(), std::vector<int>{translation::bos});
+  const int max_new = 20;
+  const auto loom_tokens = nn::generate(step, cache, prompts, translation::decode_options(max_new), extra).tokens;
+
+  const fs::path memory_model = work_dir() / "memory.onnx", step_model = work_dir() / "step.onnx";
+  onnx::save(memory_graph, params, memory_model.string());
+  onnx::save(step_graph, params, step_model.string(), {.external_data = true});
+  onnx::check_file(step_model.string());
+  CHECK(fs::exists(step_model.string() + ".data"));
+
+  // the encoder's outputs
+  feeds enc;
+  enc.add("src", batch.src);
+  enc.add("src_len", batch.src_len);
+  const tensor_file mem = run_ort(memory_model, enc.file);
+  tensor_file step_feeds;
+  for (const feed& f : memory.named_feeds()) {
+    const std::string name(f.name());
+    INFO(name);
+    CHECK(max_abs_diff(memory.output(name), mem.tensors.at(name)) <= 1e-5);
+    step_feeds.tensors[name] = mem.tensors.at(name);
+  }
+  step_feeds.tensors["src_len"] = enc.file.tensors.at("src_len");
+  const fs::path fixed = work_dir() / "step_fixed.safetensors";
+  write_safetensors(fixed.string(), step_feeds);
+
+  // greedy decoding in ONNX Runtime through the exported step
+  std::string states;
+  std::string empty;
+  for (const std::string& s : cache.names()) {
+    states += std::string(states.empty() ? "" : ",") + "\"" + s + "\"";
+    empty += std::string(empty.empty() ? "" : ",") + "\"" + s + "\": [" + std::to_string(n) + ", " +
+             std::to_string(cfg.heads) + ", 0, " + std::to_string(cfg.d_model / cfg.heads) + "]";
+  }
+  const fs::path spec = work_dir() / "greedy.json";
+  std::ofstream(spec) << "{\"step\": \"" << step_model.string() << "\", \"feeds\": \"" << fixed.string()
+                      << "\", \"tokens\": \"tgt\", \"positions\": \"positions\", \"logits\": \"output0\", "
+                      << "\"states\": [" << states << "], \"present_prefix\": \"present.\", \"empty_states\": {"
+                      << empty << "}, \"start\": [" << [&] {
+                           std::string s;
+                           for (std::int64_t b = 0; b < n; ++b) s += (b ? "," : "") + std::to_string(translation::bos);
+                           return s;
+                         }() << "], \"end\": "
+                      << translation::eos << ", \"max_new\": " << max_new << "}";
+  const fs::path out_path = work_dir() / "greedy.out.safetensors";
+  const std::string cmd = std::string(LOOM_NODE) + " " + LOOM_SOURCE_DIR + "/scripts/onnx_run.js " + LOOM_ORT_DIR +
+                          " --greedy " + spec.string() + " " + out_path.string();
+  REQUIRE(std::system(cmd.c_str()) == 0);
+  const tensor<std::int64_t> ort_tokens = to_tensor<std::int64_t>(read_safetensors(out_path.string()).tensors.at("tokens"));
+  int same = 0;
+  for (std::int64_t b = 0; b < n; ++b) {
+    std::vector<int> got;
+    for (int k = 0; k < max_new; ++k) {
+      got.push_back(static_cast<int>(ort_tokens[b * max_new + k]));
+      if (got.back() == translation::eos) break;
+    }
+    same += got == loom_tokens[static_cast<std::size_t>(b)];
+  }
+  CHECK(same == n);
+}
+
+TEST_CASE("onnx: what cannot be exported is a clear error, and a failed save leaves the file as it was") {
+  auto x = input<"x", shape<dyn<"B">, fix<4>>>();
+  auto w = param<"w", shape<fix<4>, fix<3>>>();
+  auto target = input<"target", shape<dyn<"B">>, int>();
+  auto loss_graph = make_graph(cross_entropy(matmul(x, w), target));
+  auto params = loss_graph.make_params<float>(1);
+  const std::string path = (work_dir() / "refused.onnx").string();
+  std::ofstream(path) << "before";
+  // the loss has a mapping that refuses it (a training loss)
+  CHECK_THROWS_WITH(onnx::save(loss_graph.plan(), params, path), Catch::Contains("cross_entropy") &&
+                                                                     Catch::Contains("training loss"));
+  // a parameter the store lacks, or of another shape
+  auto logits_graph = make_graph(matmul(x, w));
+  param_store<float> none;
+  CHECK_THROWS_AS(onnx::save(logits_graph, none, path), missing_error);
+  param_store<float> wrong;
+  wrong.set("w", tensor<float>({3, 4}));
+  CHECK_THROWS_AS(onnx::save(logits_graph, wrong, path), shape_error);
+  // a graph with no parameter exports with an empty store
+  auto y = input<"y", shape<dyn<"N">>>();
+  CHECK_NOTHROW(onnx::save(make_graph(reshape<shape<dyn<"N">, fix<1>>>(y)), none, path));
+  // a directory that does not exist
+  CHECK_THROWS_AS(onnx::save(logits_graph, params, (work_dir() / "no/such/dir.onnx").string()), io_error);
+  // the refused saves left the file alone
+  std::ifstream in(path);
+  std::string content((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  CHECK(content.rfind("before", 0) != 0);  // the one successful save replaced it whole
+  CHECK_NOTHROW(onnx::check_file(path));
+  CHECK_THROWS_AS(onnx::check_file((work_dir() / "missing.onnx").string()), io_error);
+}
+
+int main(int argc, char* argv[]) {
+  bool listing = false;  // CTest's discovery lists the cases, whatever is installed
+  for (int i = 1; i < argc; ++i) listing = listing || std::string(argv[i]).rfind("--list", 0) == 0;
+  if (listing) return Catch::Session().run(argc, argv);
+  if (std::string(LOOM_NODE).empty() || std::string(LOOM_NODE).find("NOTFOUND") != std::string::npos) {
+    std::puts("skipped: node (Node.js) was not found when loom was configured; ONNX Runtime cannot run");
+    return 77;
+  }
+  if (!fs::exists(fs::path(LOOM_ORT_DIR) / "node_modules" / "onnxruntime-node")) {
+    std::printf("onnxruntime-node is not installed in %s: run scripts/setup\n", LOOM_ORT_DIR);
+    return 1;
+  }
+  const int rc = Catch::Session().run(argc, argv);
+  std::error_code ec;
+  fs::remove_all(work_dir(), ec);
+  return rc;
+}
