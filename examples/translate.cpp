@@ -37,6 +37,9 @@
 #include "loom/train/progress.hpp"
 #include "loom/train/trainer.hpp"
 #include "translation.hpp"
+#ifdef LOOM_HAVE_ONNX
+#include "translation_onnx.hpp"
+#endif
 #ifdef LOOM_HAVE_DISTRIBUTED
 #include "loom/distributed/data_parallel.hpp"
 #include "loom/distributed/state.hpp"
@@ -70,6 +73,8 @@ struct settings {
   std::int64_t accumulate = 1;  // micro-batches per process and step
   double timeout = 30;          // seconds a process waits for another (data parallel)
   bool shard_optimizer = false;  // each process keeps and updates its share of Adam's state
+  std::string export_onnx;       // folder for the ONNX models (empty: none)
+  std::string ort_dir = LOOM_ORT_DIR;  // onnxruntime-node, to check them
   run_settings run;
 };
 
@@ -100,6 +105,10 @@ void add_options(cli::command_line& app, settings& s) {
               "seconds a process waits for another (under mpirun) before it ends the job")
       .flag("--shard-optimizer", s.shard_optimizer,
             "under mpirun: each process keeps and updates only its share of Adam's state (the same bits)")
+      .folder("--export-onnx", s.export_onnx,
+              "after training, write the encoder and the decoding step as ONNX models in this folder and "
+              "check greedy decoding through them in ONNX Runtime (when node and onnxruntime-node are installed)")
+      .text("--ort-dir", s.ort_dir, "folder whose node_modules holds onnxruntime-node (for --export-onnx)")
       .options(s.run);
 }
 
@@ -322,6 +331,28 @@ int train_and_evaluate(const settings& s, const cli::command_line& app, world_t*
                     references[i].c_str());
         ++shown_errors;
       }
+
+    if (!s.export_onnx.empty()) {  // ---- the model out of loom, checked in ONNX Runtime
+#ifdef LOOM_HAVE_ONNX
+      const auto check = export_onnx(s.export_onnx, t, t.data.test, predictions, memory_graph, step_graph, params,
+                                     run_metadata(s, micro_batches), s.ort_dir, LOOM_SCRIPTS_DIR);
+      std::printf("ONNX models written: %s/encoder.onnx, %s/decoder_step.onnx\n", s.export_onnx.c_str(),
+                  s.export_onnx.c_str());
+      if (check.checked)
+        std::printf("  ONNX Runtime, greedy through the exported step: %zu of %zu translations identical to loom's "
+                    "(%.2f%%), exact match %.2f%%, BLEU-4 %.2f\n\n",
+                    check.identical, check.total, 100.0 * static_cast<double>(check.identical) /
+                                                       static_cast<double>(std::max<std::size_t>(check.total, 1)),
+                    100 * exact_match(check.translations, references),
+                    100 * corpus_bleu_text(check.translations, references).bleu);
+      else
+        std::printf("  not run in ONNX Runtime: node or onnxruntime-node (in %s) is missing (scripts/setup "
+                    "installs both)\n\n",
+                    s.ort_dir.c_str());
+#else
+      throw std::runtime_error("--export-onnx: this translate was built without loom::onnx (install libonnx-dev)");
+#endif
+    }
 
     // ---- files: checkpoint, loss curve, cross-attention heat map of one long example
     auto final_metadata = metadata;

@@ -6,7 +6,8 @@
 //
 // ORT_DIR is the folder whose node_modules holds onnxruntime-node. Tensors are F32, F64, I64 or
 // BOOL. --greedy decodes through an exported KV-cached step: SPEC is
-//   {"step": model, "feeds": safetensors of the fixed feeds (the encoder's memory, lengths),
+//   {"step": model, "feeds": safetensors file(s) of the fixed feeds (the encoder's memory,
+//    lengths; tensors the step does not take are left out),
 //    "tokens": input name of the step's token ids [B, 1], "positions": input name of their
 //    positions [B, 1] (optional; step k is at position k), "logits": output name [B, 1, V],
 //    "states": [input names of the cache states], "present_prefix": "present.",
@@ -84,7 +85,10 @@ function argmaxRows(logits, batch) {
 async function greedy(specFile, outputs) {
   const spec = JSON.parse(fs.readFileSync(specFile, 'utf8'));
   const session = await ort.InferenceSession.create(spec.step, options);
-  const fixed = readSafetensors(spec.feeds);
+  const fixed = {};
+  for (const file of [].concat(spec.feeds))
+    for (const [name, t] of Object.entries(readSafetensors(file)))
+      if (session.inputNames.includes(name)) fixed[name] = t;
   const batch = spec.start.length;
   const states = {};
   for (const name of spec.states) {

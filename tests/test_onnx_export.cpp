@@ -19,6 +19,7 @@
 
 #include "loom/io/safetensors.hpp"
 #include "loom/loom.hpp"
+#include "loom/nn/decoder.hpp"
 #include "loom/onnx/export.hpp"
 #include "translation.hpp"
 
@@ -238,6 +239,63 @@ TEST_CASE("onnx: the translation model's encoder and decoding step match loom, a
     same += got == loom_tokens[static_cast<std::size_t>(b)];
   }
   CHECK(same == n);
+}
+
+namespace {
+
+constexpr nn::decoder_config llama_gqa{.family = nn::decoder_family::llama, .d_model = 16, .heads = 4, .kv_heads = 2,
+                                       .ffn = 24, .layers = 2, .vocab = 11, .eps = 1e-5, .rope_theta = 500000};
+constexpr nn::decoder_config gpt2_small{.family = nn::decoder_family::gpt2, .d_model = 16, .heads = 2, .ffn = 64,
+                                        .layers = 2, .vocab = 13, .max_positions = 12, .eps = 1e-5};
+
+// A decoder-only model's decoding step, exported: a prefill of 5 tokens from empty caches, then
+// one more token fed the prefill's present states, in ONNX Runtime and in loom (kv_cache).
+template <nn::decoder_config C>
+void check_decoder_step(const std::string& tag) {
+  using decode = nn::decoder_lm<C, nn::decode_mode>;
+  auto step_graph = make_graph(decode::logits());
+  auto params = make_graph(nn::decoder_lm<C, nn::eval_mode>::logits()).template make_params<float>(9);
+  const fs::path model = work_dir() / (tag + "_step.onnx");
+  onnx::save(step_graph, params, model.string());
+
+  const std::int64_t batch = 2, prompt = 5;
+  auto run = step_graph.template executor<float>(params, {.inference = true});
+  auto cache = nn::kv_cache<float>::of<decode>(batch, 8);
+  tensor_file states;  // the ONNX model's: empty before the prefill
+  for (const std::string& name : cache.names()) {
+    const int in = step_graph.plan().input_index(name);
+    const auto& d = step_graph.plan().dims[static_cast<std::size_t>(in)];
+    states.tensors[name] = to_stored(tensor<float>(dims_t{batch, d[1].constant, 0, d[3].constant}));
+  }
+  for (const std::int64_t t : {prompt, std::int64_t{1}}) {
+    const std::int64_t p0 = cache.length();
+    tensor<std::int32_t> tok(dims_t{batch, t}), pos(dims_t{batch, t}), first(dims_t{batch}, {0, 0});
+    for (std::int64_t i = 0; i < tok.size(); ++i) {
+      tok[i] = static_cast<std::int32_t>((i * 7 + 3 + p0) % C.vocab);
+      pos[i] = static_cast<std::int32_t>(p0 + i % t);
+    }
+    feeds in;
+    in.add("tokens", tok);
+    in.add("positions", pos);
+    in.add("first", first);
+    nn::decode_step(run, cache, in.loom);
+    for (const auto& [name, st] : states.tensors) in.file.tensors[name] = st;
+    const tensor_file out = run_ort(model, in.file);
+    INFO(tag << ", " << t << " new tokens after " << p0);
+    CHECK(max_abs_diff(run.output(), out.tensors.at("output0")) <= 1e-5);
+    for (auto& [name, st] : states.tensors) {
+      st = out.tensors.at("present." + name);
+      CHECK(st.shape[2] == p0 + t);  // [B, H, P + T, d]
+    }
+  }
+}
+
+}  // namespace
+
+TEST_CASE("onnx: the decoding steps of a Llama-style (GQA, RoPE, RMSNorm, SwiGLU) and a GPT-2-style model match "
+          "loom's, prefill then one step through the present states") {
+  check_decoder_step<llama_gqa>("llama");
+  check_decoder_step<gpt2_small>("gpt2");
 }
 
 TEST_CASE("onnx: what cannot be exported is a clear error, and a failed save leaves the file as it was") {
