@@ -266,8 +266,11 @@ void save(const plan_view& plan, const param_store<T>& params, const std::string
   if (const auto missing = unsupported_ops(plan); !missing.empty()) {
     std::string names;
     for (const auto& m : missing) names += (names.empty() ? "" : ", ") + m;
+    const bool fused = std::any_of(plan.order.begin(), plan.order.end(), [](const node_desc* d) { return d->op->fused; });
     throw error("loom::onnx::save: no ONNX mapping for the op(s) " + names +
-                " (an op exports when its declaration has `static std::string to_onnx(onnx_emitter&)`)");
+                (fused ? " (fused nodes are in an executor's plan: export the graph's plan, g.plan(), which holds "
+                         "the ops they were made from)"
+                       : " (an op exports when its declaration has `static std::string to_onnx(onnx_emitter&)`)"));
   }
   if (options.present_prefix.empty())
     throw value_error("loom::onnx::save: present_prefix is empty: a state's output would take its input's name");

@@ -298,6 +298,50 @@ TEST_CASE("onnx: the decoding steps of a Llama-style (GQA, RoPE, RMSNorm, SwiGLU
   check_decoder_step<gpt2_small>("gpt2");
 }
 
+namespace {
+// An op of a user's own with its ONNX mapping in its declaration (as docs/onnx.md shows it).
+struct softsign_op : pointwise<softsign_op> {
+  static constexpr std::string_view name = "test.softsign";
+  template <class T> static T f(T x) { return x / (1 + std::abs(x)); }
+  template <class T> static T df(T x, T) { return 1 / ((1 + std::abs(x)) * (1 + std::abs(x))); }
+  static std::string to_onnx(onnx_emitter& e) { return e.add("Softsign", {e.input(0)}); }
+};
+// One without: save(plan, ...) names it (save(graph, ...) does not compile:
+// tests/compile_fail/onnx_unmapped_op.cpp).
+struct twice_op : pointwise<twice_op, pointwise_reads::none> {
+  static constexpr std::string_view name = "test.twice";
+  template <class T> static T f(T x) { return 2 * x; }
+  template <class T> static T df(T, T) { return T(2); }
+};
+}  // namespace
+
+TEST_CASE("onnx: a user's op exports through the mapping in its declaration, and one without a mapping is named") {
+  auto x = input<"x", shape<dyn<"N">, fix<3>>>();
+  auto g = make_graph(op_fn<softsign_op>{}(x));
+  param_store<float> none;
+  const fs::path model = work_dir() / "softsign.onnx";
+  onnx::save(g, none, model.string());
+  feeds in;
+  in.add("x", random_tensor({4, 3}, 2, 3));
+  auto run = g.executor<float>(none, {.inference = true});
+  run.forward(in.loom);
+  CHECK(max_abs_diff(run.output(0), run_ort(model, in.file).tensors.at("output0")) <= 1e-6);
+
+  auto unmapped = make_graph(op_fn<twice_op>{}(op_fn<softsign_op>{}(x)));
+  CHECK(onnx::unsupported_ops(unmapped.plan()) == std::vector<std::string>{"test.twice"});
+  CHECK_THROWS_WITH(onnx::save(unmapped.plan(), none, (work_dir() / "twice.onnx").string()),
+                    Catch::Contains("test.twice") && Catch::Contains("to_onnx"));
+  CHECK_FALSE(fs::exists(work_dir() / "twice.onnx"));
+  // the executor's plan holds fused nodes, which are exported from the graph's plan instead
+  auto q = input<"q", shape<dyn<"T">, fix<4>>>();
+  auto attn = make_graph(matmul(softmax(scale<0.5>(matmul<false, true>(q, q))), q));
+  auto fused = attn.executor<float>(none);
+  REQUIRE(onnx::unsupported_ops(fused.plan()) == std::vector<std::string>{"attention"});
+  CHECK_THROWS_WITH(onnx::save(fused.plan(), none, (work_dir() / "fused.onnx").string()),
+                    Catch::Contains("fused") && Catch::Contains("graph's plan"));
+  CHECK_NOTHROW(onnx::save(attn, none, (work_dir() / "fused.onnx").string()));
+}
+
 TEST_CASE("onnx: what cannot be exported is a clear error, and a failed save leaves the file as it was") {
   auto x = input<"x", shape<dyn<"B">, fix<4>>>();
   auto w = param<"w", shape<fix<4>, fix<3>>>();

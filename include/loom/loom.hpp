@@ -9,6 +9,7 @@
 #include "loom/core/errors.hpp"
 #include "loom/core/fixed_string.hpp"
 #include "loom/core/node.hpp"
+#include "loom/core/onnx_mapping.hpp"  // onnx_emitter: an op's to_onnx (loom::onnx writes the model)
 #include "loom/core/params.hpp"
 #include "loom/core/random.hpp"
 #include "loom/core/tensor.hpp"
