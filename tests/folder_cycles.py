@@ -15,7 +15,7 @@ import re
 import subprocess
 import sys
 
-FOLDERS = ["core", "graph", "ops", "nn", "train", "io", "data", "eval", "distributed"]
+FOLDERS = ["core", "graph", "ops", "nn", "train", "io", "data", "eval", "distributed", "onnx"]
 INCLUDE = re.compile(r'\s*#\s*include\s*"([^"]+)"')
 
 

@@ -35,13 +35,14 @@ std::string table() {
   std::ostringstream o;
   o << begin_marker << "\n\n";
   o << ops.size() << " ops are registered.\n\n";
-  o << "| op | backward reads | view | forward in place | backward in place | made by fusion |\n";
-  o << "|---|---|---|---|---|---|\n";
+  o << "| op | backward reads | view | forward in place | backward in place | made by fusion | ONNX export |\n";
+  o << "|---|---|---|---|---|---|---|\n";
   for (const loom::op_entry* op : ops) {
     o << "| `" << op->name << "` | " << reads_text(*op) << " | " << (op->is_view ? "yes" : "—") << " | "
       << (op->can_run_in_place ? "yes" : "—") << " | "
       << (op->backward_in_place ? "d input " + std::to_string(op->backward_in_place_input) + " over d output" : "—")
-      << " | " << (op->fused ? "yes" : "—") << " |\n";
+      << " | " << (op->fused ? "yes" : "—") << " | "
+      << (op->to_onnx ? "yes" : op->fused ? "as the ops it was made from" : "—") << " |\n";
   }
   o << "\n" << end_marker;
   return o.str();

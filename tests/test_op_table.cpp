@@ -437,6 +437,13 @@ TEST_CASE("every op has a gradcheck case, a DOT name, and a backward that reads 
   }
 }
 
+TEST_CASE("every op a user writes has an ONNX mapping (the fused ones are exported as the ops they were made from)") {
+  for (const op_entry* op : registered_ops()) {
+    INFO(op->name);
+    CHECK((op->to_onnx != nullptr) == !op->fused);
+  }
+}
+
 TEST_CASE("every case in the table names a registered op") {
   std::set<std::string_view> names;
   for (const op_entry* op : registered_ops()) names.insert(op->name);
