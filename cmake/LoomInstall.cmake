@@ -1,4 +1,5 @@
-# cmake --install exports loom::loom (and loom::distributed, when it was built) for find_package(loom).
+# cmake --install exports loom::loom (and loom::distributed and loom::onnx, when they were built)
+# for find_package(loom).
 include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 
@@ -14,11 +15,23 @@ if(LOOM_HAVE_DISTRIBUTED)  # loom::distributed, with MPI found again by loomConf
 else()  # its headers are left out too: a header without its library is a link error later
   set(LOOM_PACKAGE_HAS_DISTRIBUTED OFF)
 endif()
-if(LOOM_HAVE_DISTRIBUTED)
-  install(DIRECTORY include/loom DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+if(LOOM_HAVE_ONNX)  # loom::onnx, with Protobuf and ONNX found again by loomConfig.cmake
+  set_target_properties(loom_onnx PROPERTIES EXPORT_NAME onnx)
+  install(TARGETS loom_onnx EXPORT loomTargets
+    ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
+    INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+  set(LOOM_PACKAGE_HAS_ONNX ON)
 else()
-  install(DIRECTORY include/loom DESTINATION ${CMAKE_INSTALL_INCLUDEDIR} PATTERN distributed EXCLUDE)
+  set(LOOM_PACKAGE_HAS_ONNX OFF)
 endif()
+set(loom_header_excludes)  # the headers of a library not built
+if(NOT LOOM_HAVE_DISTRIBUTED)
+  list(APPEND loom_header_excludes PATTERN distributed EXCLUDE)
+endif()
+if(NOT LOOM_HAVE_ONNX)
+  list(APPEND loom_header_excludes PATTERN onnx EXCLUDE)
+endif()
+install(DIRECTORY include/loom DESTINATION ${CMAKE_INSTALL_INCLUDEDIR} ${loom_header_excludes})
 install(EXPORT loomTargets NAMESPACE loom:: DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/loom)
 configure_package_config_file(cmake/loomConfig.cmake.in
   ${CMAKE_CURRENT_BINARY_DIR}/loomConfig.cmake

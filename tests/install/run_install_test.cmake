@@ -1,10 +1,11 @@
 # cmake -DSRC=<consumer source> -DBIN=<scratch dir> -DLOOM_BUILD=<loom build tree>
 #       [-DGENERATOR=<generator>] [-DCXX=<compiler>] [-DCONSUMER_LINK_FLAGS=<flags>]
-#       [-DDISTRIBUTED=ON]
+#       [-DDISTRIBUTED=ON] [-DONNX=ON]
 #       -P run_install_test.cmake
 # Installs loom from LOOM_BUILD into BIN/prefix, builds the consumer in SRC against it with
 # find_package(loom), and runs it; with DISTRIBUTED=ON also a program that links
-# loom::distributed from the package. Fails on the first step that fails.
+# loom::distributed from the package, and with ONNX=ON one that exports a graph with loom::onnx.
+# Fails on the first step that fails.
 cmake_minimum_required(VERSION 3.20)
 foreach(var SRC BIN LOOM_BUILD)
   if(NOT ${var})
@@ -36,6 +37,9 @@ endif()
 if(DISTRIBUTED)
   list(APPEND configure_args -DEXPECT_DISTRIBUTED=ON)
 endif()
+if(ONNX)
+  list(APPEND configure_args -DEXPECT_ONNX=ON)
+endif()
 if(CONSUMER_LINK_FLAGS)
   list(APPEND configure_args -DCMAKE_EXE_LINKER_FLAGS=${CONSUMER_LINK_FLAGS})
 endif()
@@ -55,4 +59,7 @@ step("building the consumer" ${CMAKE_COMMAND} --build ${consumer_build})
 step("running the consumer" ${consumer_build}/loom_consumer)
 if(DISTRIBUTED)
   step("running the loom::distributed consumer" ${consumer_build}/loom_distributed_consumer)
+endif()
+if(ONNX)
+  step("running the loom::onnx consumer" ${consumer_build}/loom_onnx_consumer ${BIN}/consumer.onnx)
 endif()
