@@ -64,8 +64,9 @@ struct feeds {
   }
 };
 
-// Runs `model` in ONNX Runtime on `in`; returns every output.
+// Runs `model` in ONNX Runtime on `in`; returns every output. ONNX's checker reads the file first.
 tensor_file run_ort(const fs::path& model, const tensor_file& in) {
+  onnx::check_file(model.string());
   const fs::path in_path = work_dir() / (model.stem().string() + ".in.safetensors");
   const fs::path out_path = work_dir() / (model.stem().string() + ".out.safetensors");
   write_safetensors(in_path.string(), in);
