@@ -15,6 +15,7 @@
 #include "loom/core/tensor.hpp"
 #include "loom/graph/executor.hpp"
 #include "loom/graph/gradcheck.hpp"
+#include "loom/graph/precision_report.hpp"
 #include "loom/graph/graph.hpp"
 #include "loom/io/checkpoint.hpp"
 #include "loom/io/hf_checkpoint.hpp"
