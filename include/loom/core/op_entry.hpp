@@ -154,6 +154,9 @@ struct op_entry : op_traits {
   /// How the op is written as ONNX (its declaration's `static std::string
   /// to_onnx(onnx_emitter&)`, see core/onnx_mapping.hpp); null: it cannot be exported.
   std::string (*to_onnx)(onnx_emitter&) = nullptr;
+  /// to_onnx is set: readable in constant expressions, where GCC does not compare a function's
+  /// address with null under -fsanitize=address (loom::onnx::save checks a graph with it).
+  bool exports_onnx = false;
 
   template <class T>
   constexpr const op_kernels<T>& kernels() const {
@@ -205,7 +208,10 @@ constexpr op_entry make_entry() {
   e.id = op_id(e.name);
   e.f32 = kernels_from<D, float>();
   e.f64 = kernels_from<D, double>();
-  if constexpr (requires { static_cast<std::string (*)(onnx_emitter&)>(&D::to_onnx); }) e.to_onnx = &D::to_onnx;
+  if constexpr (requires { static_cast<std::string (*)(onnx_emitter&)>(&D::to_onnx); }) {
+    e.to_onnx = &D::to_onnx;
+    e.exports_onnx = true;
+  }
   return e;
 }
 }  // namespace detail

@@ -68,7 +68,7 @@ template <class G, class T>
 void save(const G& graph, const param_store<T>& params, const std::string& path, const export_options& options = {}) {
   constexpr bool exportable = [] {
     for (const node_desc* d : G::data.order)
-      if (d->op->role == node_role::op && d->op->to_onnx == nullptr) return false;
+      if (d->op->role == node_role::op && !d->op->exports_onnx) return false;
     return true;
   }();
   static_assert(exportable,
