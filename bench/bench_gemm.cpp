@@ -1,10 +1,12 @@
-// loom's own single-precision GEMM (ops/sgemm_avx512.cpp) against OpenBLAS's cblas_sgemm, on
-// the products loom's models make: the layers of the tiny and small encoder–decoders of
-// scripts/bench_vs_torch (row chunks of 256, weight gradients summed over all rows), the fused
-// attention's blocks, and 1024³. One thread, operands reused across iterations (hot caches), so
-// it compares the kernels and their packing, not memory traffic. Counters: GFLOP/s.
+// loom's own single-precision GEMM (ops/sgemm_avx512.cpp) against OpenBLAS's cblas_sgemm, and
+// loom's bf16 GEMM (ops/bgemm.cpp: the same float operands rounded to bf16, float accumulation)
+// beside them, on the products loom's models make: the layers of the tiny and small
+// encoder–decoders of scripts/bench_vs_torch (row chunks of 256, weight gradients summed over all
+// rows), the fused attention's blocks, and 1024³. One thread, operands reused across iterations
+// (hot caches), so it compares the kernels and their packing, not memory traffic. Counters:
+// GFLOP/s.
 //
-//   bench_gemm [--benchmark_filter=REGEX]    (names: <kind>/<TT>/m=..,n=..,k=../loom|openblas)
+//   bench_gemm [--benchmark_filter=REGEX]    (names: <kind>/<TT>/m=..,n=..,k=../loom|loom_bf16|openblas)
 #include <cblas.h>
 
 #include <cstdint>
@@ -12,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "../ops/bgemm.hpp"
 #include "../ops/sgemm_avx512.hpp"
 #include "bench_support.hpp"
 
@@ -34,7 +37,10 @@ const shape shapes[] = {
     {"cube", false, false, 1024, 1024, 1024},
 };
 
-void run(benchmark::State& state, shape s, bool loom) {
+// Whose product a case measures.
+enum class kernel { loom, loom_bf16, openblas };
+
+void run(benchmark::State& state, shape s, kernel who) {
   std::mt19937 rng(1);
   std::uniform_real_distribution<float> u(-1.f, 1.f);
   const std::int64_t lda = s.ta ? s.m : s.k, ldb = s.tb ? s.k : s.n;
@@ -42,13 +48,19 @@ void run(benchmark::State& state, shape s, bool loom) {
       c(static_cast<std::size_t>(s.m * s.n));
   for (auto& x : a) x = u(rng);
   for (auto& x : b) x = u(rng);
-  if (loom && !loom::ops::sgemm_avx512_takes(s.ta, s.tb, s.m, s.n, s.k)) {
+  if (who == kernel::loom && !loom::ops::sgemm_avx512_takes(s.ta, s.tb, s.m, s.n, s.k)) {
     state.SkipWithError("loom's GEMM does not take this shape on this CPU (no AVX-512?)");
     return;
   }
+  if (who == kernel::loom_bf16 && !loom::ops::bgemm_takes(s.ta, s.tb, s.m, s.n, s.k)) {
+    state.SkipWithError("no AVX512_BF16 on this CPU: loom's bf16 GEMM would be its portable loop");
+    return;
+  }
   for (auto _ : state) {
-    if (loom)
+    if (who == kernel::loom)
       loom::ops::sgemm_avx512(s.ta, s.tb, s.m, s.n, s.k, 1.f, a.data(), lda, b.data(), ldb, 0.f, c.data(), s.n);
+    else if (who == kernel::loom_bf16)
+      loom::ops::bgemm(s.ta, s.tb, s.m, s.n, s.k, 1.f, a.data(), lda, b.data(), ldb, 0.f, c.data(), s.n);
     else
       cblas_sgemm(CblasRowMajor, s.ta ? CblasTrans : CblasNoTrans, s.tb ? CblasTrans : CblasNoTrans,
                   static_cast<int>(s.m), static_cast<int>(s.n), static_cast<int>(s.k), 1.f, a.data(),
@@ -65,11 +77,12 @@ void run(benchmark::State& state, shape s, bool loom) {
 int main(int argc, char** argv) {
   openblas_set_num_threads(1);
   for (const shape& s : shapes)
-    for (bool loom : {true, false}) {
+    for (kernel who : {kernel::loom, kernel::loom_bf16, kernel::openblas}) {
+      const char* suffix = who == kernel::loom ? "/loom" : who == kernel::loom_bf16 ? "/loom_bf16" : "/openblas";
       const std::string name = std::string(s.kind) + "/" + (s.ta ? "T" : "N") + (s.tb ? "T" : "N") +
                                "/m=" + std::to_string(s.m) + ",n=" + std::to_string(s.n) +
-                               ",k=" + std::to_string(s.k) + (loom ? "/loom" : "/openblas");
-      bench::measured(benchmark::RegisterBenchmark(name.c_str(), run, s, loom), benchmark::kMicrosecond);
+                               ",k=" + std::to_string(s.k) + suffix;
+      bench::measured(benchmark::RegisterBenchmark(name.c_str(), run, s, who), benchmark::kMicrosecond);
     }
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
