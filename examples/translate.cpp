@@ -73,6 +73,7 @@ struct settings {
   std::int64_t accumulate = 1;  // micro-batches per process and step
   double timeout = 30;          // seconds a process waits for another (data parallel)
   bool shard_optimizer = false;  // each process keeps and updates its share of Adam's state
+  std::string precision = "f32";  // of training's GEMM-like work: f32 or bf16
   std::string export_onnx;       // folder for the ONNX models (empty: none)
   std::string ort_dir = LOOM_ORT_DIR;  // onnxruntime-node, to check them
   run_settings run;
@@ -105,6 +106,9 @@ void add_options(cli::command_line& app, settings& s) {
               "seconds a process waits for another (under mpirun) before it ends the job")
       .flag("--shard-optimizer", s.shard_optimizer,
             "under mpirun: each process keeps and updates only its share of Adam's state (the same bits)")
+      .text("--precision", s.precision,
+            "training's matmuls and linear layers: f32, or bf16 (operands in bf16, float accumulation; "
+            "parameters, gradients and Adam stay float)")
       .folder("--export-onnx", s.export_onnx,
               "after training, write the encoder and the decoding step as ONNX models in this folder and "
               "check greedy decoding through them in ONNX Runtime (when node and onnxruntime-node are installed)")
@@ -174,6 +178,8 @@ int train_and_evaluate(const settings& s, const cli::command_line& app, world_t*
   if (rank != 0) std::freopen("/dev/null", "w", stdout);  // rank 0 speaks and writes the files
   const std::int64_t micro_batches = ranks * s.accumulate;  // per step, over all processes
   try {
+    if (s.precision != "f32" && s.precision != "bf16")
+      throw usage_error("--precision " + s.precision + ": expected f32 or bf16");
     if (s.run.batch % static_cast<std::size_t>(micro_batches) != 0)
       throw usage_error("--batch " + std::to_string(s.run.batch.value) + " cannot be cut into " +
                         std::to_string(micro_batches) + " micro-batches (" + std::to_string(ranks) +
@@ -203,7 +209,9 @@ int train_and_evaluate(const settings& s, const cli::command_line& app, world_t*
                 static_cast<long long>(params.numel()), train_graph.size());
 
     // ---- training, resumed from the last checkpoint with --resume
-    auto run = train_graph.executor<float>(params, {.threads = s.threads});
+    auto run = train_graph.executor<float>(
+        params, {.threads = s.threads,
+                 .precision = s.precision == "bf16" ? compute_precision::bf16 : compute_precision::f32});
     adam<float> opt(params, {.lr = 1e-3});
     opt.set_schedule(warmup_cosine(1e-3, s.run.steps / 20, s.run.steps, 2e-5));
     const std::string checkpoint = s.out + "/checkpoint.safetensors";

@@ -20,6 +20,8 @@ namespace loom {
 template <class T>
 executor<T>::impl::impl(plan_view p, param_store<T>& ps, exec_options o) : original(p), params(&ps), opts(o) {
   if (opts.inference) opts.training = false;
+  if (!std::is_same_v<T, float> && opts.precision != compute_precision::f32)
+    throw value_error("executor<double>: compute_precision::bf16 is for float executors (double is the reference)");
   make_arena();
   for (int i = 0; i < original.size(); ++i) index.emplace(original.order[i], i);
   keep_original.assign(original.size(), 0);

@@ -22,6 +22,7 @@ precision_entry compare(std::string name, tensor_view<const float> got, tensor_v
                       " elements in float and " + std::to_string(want.size()) + " in double");
   std::int64_t worst = -1;
   bool nan = false;
+  double err2 = 0, ref2 = 0;
   for (std::int64_t i = 0; i < want.size(); ++i) {
     const double w = want.data[i], g = got.data[i];
     if (std::isnan(w) || std::isnan(g)) {
@@ -34,15 +35,18 @@ precision_entry compare(std::string name, tensor_view<const float> got, tensor_v
     }
     e.scale = std::max(e.scale, std::abs(w));
     const double d = std::abs(g - w);
+    err2 += d * d;
+    ref2 += w * w;
     if (d > e.max_abs || worst < 0) {
       if (d > e.max_abs) e.max_abs = d;
       if (!nan) worst = i;
     }
   }
   if (nan) {
-    e.max_abs = e.relative = INFINITY;
+    e.max_abs = e.relative = e.norm_relative = INFINITY;
   } else {
     e.relative = e.max_abs == 0 ? 0 : e.scale == 0 ? INFINITY : e.max_abs / e.scale;
+    e.norm_relative = err2 == 0 ? 0 : ref2 == 0 ? INFINITY : std::sqrt(err2 / ref2);
   }
   if (worst >= 0) e.worst_index = want.dims.index_of(worst);
   return e;
@@ -70,12 +74,18 @@ double precision_result::worst_relative() const {
   return w;
 }
 
+double precision_result::worst_norm_relative() const {
+  double w = 0;
+  for (const auto& e : entries) w = std::max(w, e.norm_relative);
+  return w;
+}
+
 std::string precision_result::str() const {
   std::ostringstream s;
   s.precision(3);
   for (const auto& e : entries) {
     s << e.name << ": " << e.elements << " elements, max |float - double| " << e.max_abs << " (relative "
-      << e.relative << " of max |double| " << e.scale << ")";
+      << e.relative << " of max |double| " << e.scale << "), norm-wise " << e.norm_relative;
     if (!e.worst_index.empty()) {
       s << " at [";
       for (std::size_t i = 0; i < e.worst_index.size(); ++i) s << (i ? ", " : "") << e.worst_index[i];
@@ -126,6 +136,7 @@ precision_result precision_report(const plan_view& plan, const param_store<doubl
   eo.inference = !opt.gradients;
   if (opt.fuse >= 0) eo.fuse = opt.fuse != 0;
   executor<double> ref(plan, ref_params, eo);
+  eo.precision = opt.precision;
   executor<float> low(plan, low_params, eo);
   ref.forward(feeds);
   low.forward(low_feeds);

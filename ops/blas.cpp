@@ -18,6 +18,7 @@
 #include "loom/core/errors.hpp"
 #include "loom/core/tensor.hpp"  // aligned_allocator
 #include "loom/core/parallel.hpp"
+#include "bgemm.hpp"
 #include "sgemm_avx512.hpp"
 
 namespace loom::ops {
@@ -63,7 +64,7 @@ void gemm_call(bool ta, bool tb, int m, int n, int k, double alpha, const double
 
 template <class T>
 void gemm(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k, T alpha, const T* a,
-          std::int64_t lda, const T* b, std::int64_t ldb, T beta, T* c, std::int64_t ldc) {
+          std::int64_t lda, const T* b, std::int64_t ldb, T beta, T* c, std::int64_t ldc, bool bf16) {
   (void)one_thread_per_call;
   if (m == 0 || n == 0) return;
   // BLAS takes int sizes: refuse what would wrap (the executor's row chunks keep m small)
@@ -76,6 +77,11 @@ void gemm(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64
     scale_c(m, n, beta, c, ldc);
     return;
   }
+  if constexpr (std::is_same_v<T, float>)
+    if (bf16) {  // one kernel for every shape: its bits do not depend on which path a shape takes
+      bgemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+      return;
+    }
   const int M = static_cast<int>(m), N = static_cast<int>(n), K = static_cast<int>(k);
   if (m == 1) {
     // c[1, N] = op(a)[1, K] · op(b)[K, N], i.e. cᵀ = op(b)ᵀ · op(a)ᵀ; op(a) is row 0 of a, or
@@ -120,8 +126,8 @@ void gemm(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64
 }
 
 template void gemm<float>(bool, bool, std::int64_t, std::int64_t, std::int64_t, float, const float*, std::int64_t,
-                          const float*, std::int64_t, float, float*, std::int64_t);
+                          const float*, std::int64_t, float, float*, std::int64_t, bool);
 template void gemm<double>(bool, bool, std::int64_t, std::int64_t, std::int64_t, double, const double*, std::int64_t,
-                           const double*, std::int64_t, double, double*, std::int64_t);
+                           const double*, std::int64_t, double, double*, std::int64_t, bool);
 
 }  // namespace loom::ops

@@ -7,9 +7,12 @@
 
 namespace loom::ops {
 
-/// C[M,N] = alpha · op(A) · op(B) + beta · C, row-major, op(X) = Xᵀ when trans_x.
+/// C[M,N] = alpha · op(A) · op(B) + beta · C, row-major, op(X) = Xᵀ when trans_x. With bf16
+/// (float only; exec_options::precision): op(A) and op(B) rounded to bf16 and multiplied with
+/// float accumulation (ops/bgemm.hpp: the same bits on every CPU, fast where it has
+/// AVX512_BF16).
 template <class T>
 void gemm(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k, T alpha, const T* a,
-          std::int64_t lda, const T* b, std::int64_t ldb, T beta, T* c, std::int64_t ldc);
+          std::int64_t lda, const T* b, std::int64_t ldb, T beta, T* c, std::int64_t ldc, bool bf16 = false);
 
 }  // namespace loom::ops

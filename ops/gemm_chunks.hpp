@@ -60,14 +60,14 @@ P columns_of_op(P y, bool trans, std::int64_t ld, std::int64_t j0) {
 template <class T>
 void in_column_blocks(bool tx, bool ty, std::int64_t batch, std::int64_t rows, std::int64_t n, std::int64_t k,
                       const T* x, std::int64_t ldx, std::int64_t sx, const T* y, std::int64_t ldy, std::int64_t sy,
-                      T* c, T beta) {
+                      T* c, T beta, bool bf16 = false) {
   const std::int64_t cols = column_block<T>(tx, ty, rows, n, k, batch);
   for_chunks((n + cols - 1) / cols, 1, [&](std::int64_t c0, std::int64_t c1) {
     for (std::int64_t cb = c0; cb < c1; ++cb) {
       const std::int64_t j0 = cb * cols, w = std::min(cols, n - j0);
       for (std::int64_t b = 0; b < batch; ++b)
         gemm<T>(tx, ty, rows, w, k, T(1), x + b * sx, ldx, columns_of_op(y + b * sy, ty, ldy, j0), ldy,
-                b == 0 ? beta : T(1), c + j0, n);
+                b == 0 ? beta : T(1), c + j0, n, bf16);
     }
   });
 }
@@ -77,15 +77,15 @@ void in_column_blocks(bool tx, bool ty, std::int64_t batch, std::int64_t rows, s
 template <class T>
 void batched_gemm(bool tx, bool ty, std::int64_t batch, std::int64_t rows, std::int64_t n, std::int64_t k,
                   const T* x, std::int64_t ldx, std::int64_t sx, const T* y, std::int64_t ldy, std::int64_t sy, T* c,
-                  std::int64_t sc, T beta) {
+                  std::int64_t sc, T beta, bool bf16 = false) {
   std::int64_t grain = row_grain(n, k);
   std::int64_t chunks = (rows + grain - 1) / grain;
-  if (batch * chunks == 1) return in_column_blocks(tx, ty, 1, rows, n, k, x, ldx, sx, y, ldy, sy, c, beta);
+  if (batch * chunks == 1) return in_column_blocks(tx, ty, 1, rows, n, k, x, ldx, sx, y, ldy, sy, c, beta, bf16);
   for_chunks(batch * chunks, 1, [&](std::int64_t b0, std::int64_t b1) {
     for (std::int64_t item = b0; item < b1; ++item) {
       std::int64_t b = item / chunks, r0 = (item % chunks) * grain, r1 = std::min(rows, r0 + grain);
       gemm<T>(tx, ty, r1 - r0, n, k, T(1), row_of_op(x + b * sx, tx, ldx, r0), ldx, y + b * sy, ldy, beta,
-              c + b * sc + r0 * n, n);
+              c + b * sc + r0 * n, n, bf16);
     }
   });
 }
@@ -95,20 +95,20 @@ void batched_gemm(bool tx, bool ty, std::int64_t batch, std::int64_t rows, std::
 template <class T>
 void summed_gemm(bool tx, bool ty, std::int64_t batch, std::int64_t rows, std::int64_t n, std::int64_t k,
                  const T* x, std::int64_t ldx, std::int64_t sx, const T* y, std::int64_t ldy, std::int64_t sy, T* c,
-                 T beta) {
+                 T beta, bool bf16 = false) {
   if (batch == 0) {  // nothing to sum: C = beta · C
     for (std::int64_t e = 0; e < rows * n; ++e) c[e] = beta == T(0) ? T(0) : c[e];
     return;
   }
   std::int64_t grain = row_grain(n, k * batch);
   std::int64_t chunks = (rows + grain - 1) / grain;
-  if (chunks == 1) return in_column_blocks(tx, ty, batch, rows, n, k, x, ldx, sx, y, ldy, sy, c, beta);
+  if (chunks == 1) return in_column_blocks(tx, ty, batch, rows, n, k, x, ldx, sx, y, ldy, sy, c, beta, bf16);
   for_chunks(chunks, 1, [&](std::int64_t c0, std::int64_t c1) {
     for (std::int64_t ch = c0; ch < c1; ++ch) {
       std::int64_t r0 = ch * grain, r1 = std::min(rows, r0 + grain);
       for (std::int64_t b = 0; b < batch; ++b)
         gemm<T>(tx, ty, r1 - r0, n, k, T(1), row_of_op(x + b * sx, tx, ldx, r0), ldx, y + b * sy, ldy,
-                b == 0 ? beta : T(1), c + r0 * n, n);
+                b == 0 ? beta : T(1), c + r0 * n, n, bf16);
     }
   });
 }

@@ -142,12 +142,14 @@ void linear_kernels::forward(const op_args<T>& a) {
   T* y = a.out;
   T* z_saved = a.saved;  // gelu: z, for backward
   const std::int64_t grain = row_grain(n, k), chunks = (rows + grain - 1) / grain;
-  if (chunks == 1 && in_column_tiles(act, rows, n, k, x, w, b, res, y)) return;
+  // bf16: the product in bf16, then the epilogue's pass (the fused tiles are float's kernel)
+  if (!a.bf16 && chunks == 1 && in_column_tiles(act, rows, n, k, x, w, b, res, y)) return;
   for_chunks(chunks, 1, [&](std::int64_t c0, std::int64_t c1) {
     for (std::int64_t ch = c0; ch < c1; ++ch) {
       const std::int64_t r0 = ch * grain, r1 = std::min(rows, r0 + grain);
-      if (in_tiles(act, r1 - r0, n, k, x + r0 * k, w, b, res ? res + r0 * n : nullptr, y + r0 * n)) continue;
-      gemm<T>(false, true, r1 - r0, n, k, T(1), x + r0 * k, k, w, k, T(0), y + r0 * n, n);
+      if (!a.bf16 && in_tiles(act, r1 - r0, n, k, x + r0 * k, w, b, res ? res + r0 * n : nullptr, y + r0 * n))
+        continue;
+      gemm<T>(false, true, r1 - r0, n, k, T(1), x + r0 * k, k, w, k, T(0), y + r0 * n, n, a.bf16);
       epilogue(act, y, z_saved, b, res, r0, r1, n);  // while the rows are in cache
     }
   });
@@ -171,9 +173,9 @@ void linear_kernels::backward(const op_args<T>& a) {
   if (T* db = a.grad(2))  // db = Σ_rows dz
     sum_over_rows(dz, n, rows, n, db, a.fresh(2));
   if (T* dx = a.grad(0))  // dx [rows, k] = dz [rows, n] · w [n, k]
-    batched_gemm<T>(false, false, 1, rows, k, n, dz, n, 0, w, k, 0, dx, 0, a.fresh(0) ? T(0) : T(1));
+    batched_gemm<T>(false, false, 1, rows, k, n, dz, n, 0, w, k, 0, dx, 0, a.fresh(0) ? T(0) : T(1), a.bf16);
   if (T* dw = a.grad(1))  // dw [n, k] = dzᵀ · x, summed over the rows
-    summed_gemm<T>(true, false, 1, n, k, rows, dz, n, 0, x, k, 0, dw, a.fresh(1) ? T(0) : T(1));
+    summed_gemm<T>(true, false, 1, n, k, rows, dz, n, 0, x, k, 0, dw, a.fresh(1) ? T(0) : T(1), a.bf16);
   // the residual's dr (+)= dy last: r may be x or w, whose gradient buffer is then this one,
   // stored above (the executor marks only the first position of a node fresh); or dr may be
   // dy's own buffer (the planner's backward in place), which pass_gradient then leaves as is

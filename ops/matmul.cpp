@@ -23,6 +23,7 @@ namespace {
 
 struct mm_dims {
   bool ta, tb;
+  bool bf16;  // the products in bf16 with float accumulation (op_args::bf16)
   std::int64_t m, n, k, batch;
   bool a_shared, b_shared;  // operand has no batch dims and is reused for every batch entry
   std::int64_t lda, ldb;
@@ -66,6 +67,7 @@ std::vector<std::vector<std::int64_t>> readers_of(const std::vector<std::int64_t
 template <class T>
 mm_dims dims_of(const op_args<T>& a) {
   mm_dims d{};
+  d.bf16 = a.bf16;
   const auto attrs = a.template attrs<matmul_attrs>();
   d.ta = attrs.trans_a;
   d.tb = attrs.trans_b;
@@ -107,7 +109,7 @@ mm_dims dims_of(const op_args<T>& a) {
 template <class T, class XOff, class YOff>
 void grouped_gemm(bool tx, bool ty, const std::vector<std::vector<std::int64_t>>& readers, std::int64_t rows,
                   std::int64_t n, std::int64_t k, const T* x, std::int64_t ldx, XOff x_off, const T* y,
-                  std::int64_t ldy, YOff y_off, T* c, std::int64_t sc, T beta) {
+                  std::int64_t ldy, YOff y_off, T* c, std::int64_t sc, T beta, bool bf16) {
   const auto groups = static_cast<std::int64_t>(readers.size());
   std::int64_t grain = row_grain(n, k);
   std::int64_t chunks = (rows + grain - 1) / grain;
@@ -122,7 +124,7 @@ void grouped_gemm(bool tx, bool ty, const std::vector<std::vector<std::int64_t>>
       }
       for (std::size_t j = 0; j < es.size(); ++j)
         gemm<T>(tx, ty, r1 - r0, n, k, T(1), row_of_op(x + x_off(es[j]), tx, ldx, r0), ldx, y + y_off(es[j]), ldy,
-                j == 0 ? beta : T(1), cg, n);
+                j == 0 ? beta : T(1), cg, n, bf16);
     }
   });
 }
@@ -134,7 +136,7 @@ void general_forward(const mm_dims& d, const T* A, const T* B, T* C) {
   for (std::int64_t e = 0; e < d.batch; ++e) each[static_cast<std::size_t>(e)] = {e};
   grouped_gemm<T>(d.ta, d.tb, each, d.m, d.n, d.k, A, d.lda, [&](std::int64_t e) { return d.entry_a[static_cast<std::size_t>(e)] * d.read_a; },
                   B, d.ldb, [&](std::int64_t e) { return d.entry_b[static_cast<std::size_t>(e)] * d.read_b; }, C,
-                  d.stride_c, T(0));
+                  d.stride_c, T(0), d.bf16);
 }
 
 template <class T>
@@ -149,17 +151,17 @@ void general_backward(const mm_dims& d, const op_args<T>& a) {
     const T beta = a.fresh(0) ? T(0) : T(1);
     const auto readers = readers_of(d.entry_a, d.count_a);
     if (!d.ta)  // dA[M,K] = Σ dC[M,N] · op(B)ᵀ
-      grouped_gemm<T>(false, !d.tb, readers, d.m, d.k, d.n, dC, d.n, at_c, B, d.ldb, at_b, dA, d.m * d.k, beta);
+      grouped_gemm<T>(false, !d.tb, readers, d.m, d.k, d.n, dC, d.n, at_c, B, d.ldb, at_b, dA, d.m * d.k, beta, d.bf16);
     else  // dA[K,M] = Σ op(B)[K,N] · dCᵀ
-      grouped_gemm<T>(d.tb, true, readers, d.k, d.m, d.n, B, d.ldb, at_b, dC, d.n, at_c, dA, d.m * d.k, beta);
+      grouped_gemm<T>(d.tb, true, readers, d.k, d.m, d.n, B, d.ldb, at_b, dC, d.n, at_c, dA, d.m * d.k, beta, d.bf16);
   }
   if (T* dB = a.grad(1)) {
     const T beta = a.fresh(1) ? T(0) : T(1);
     const auto readers = readers_of(d.entry_b, d.count_b);
     if (!d.tb)  // dB[K,N] = Σ op(A)ᵀ[K,M] · dC[M,N]
-      grouped_gemm<T>(!d.ta, false, readers, d.k, d.n, d.m, A, d.lda, at_a, dC, d.n, at_c, dB, d.k * d.n, beta);
+      grouped_gemm<T>(!d.ta, false, readers, d.k, d.n, d.m, A, d.lda, at_a, dC, d.n, at_c, dB, d.k * d.n, beta, d.bf16);
     else  // dB[N,K] = Σ dCᵀ[N,M] · op(A)[M,K]
-      grouped_gemm<T>(true, d.ta, readers, d.n, d.k, d.m, dC, d.n, at_c, A, d.lda, at_a, dB, d.k * d.n, beta);
+      grouped_gemm<T>(true, d.ta, readers, d.n, d.k, d.m, dC, d.n, at_c, A, d.lda, at_a, dB, d.k * d.n, beta, d.bf16);
   }
 }
 
@@ -174,10 +176,10 @@ void forward_kernel(matmul_def, const op_args<T>& a) {
     general_forward<T>(d, A, B, a.out);
   } else if (d.a_flat) {
     // a's batch and rows flatten into one [batch·M, K] matrix: a single GEMM against b.
-    batched_gemm<T>(false, d.tb, 1, d.batch * d.m, d.n, d.k, A, d.lda, 0, B, d.ldb, 0, a.out, 0, T(0));
+    batched_gemm<T>(false, d.tb, 1, d.batch * d.m, d.n, d.k, A, d.lda, 0, B, d.ldb, 0, a.out, 0, T(0), d.bf16);
   } else {
     batched_gemm<T>(d.ta, d.tb, d.batch, d.m, d.n, d.k, A, d.lda, d.read_a, B, d.ldb, d.read_b, a.out,
-                    d.stride_c, T(0));
+                    d.stride_c, T(0), d.bf16);
   }
 }
 
@@ -196,18 +198,18 @@ void backward_kernel(matmul_def, const op_args<T>& a) {
     // !TransA: dA[M,K] += dC[M,N] · op(B)ᵀ      TransA: dA[K,M] += op(B)[K,N] · dCᵀ
     if (!d.ta) {
       if (d.a_shared)
-        summed_gemm<T>(false, !d.tb, d.batch, d.m, d.k, d.n, dC, d.n, d.stride_c, B, d.ldb, d.read_b, dA, beta);
+        summed_gemm<T>(false, !d.tb, d.batch, d.m, d.k, d.n, dC, d.n, d.stride_c, B, d.ldb, d.read_b, dA, beta, d.bf16);
       else if (d.b_shared)
-        batched_gemm<T>(false, !d.tb, 1, d.batch * d.m, d.k, d.n, dC, d.n, 0, B, d.ldb, 0, dA, 0, beta);
+        batched_gemm<T>(false, !d.tb, 1, d.batch * d.m, d.k, d.n, dC, d.n, 0, B, d.ldb, 0, dA, 0, beta, d.bf16);
       else
         batched_gemm<T>(false, !d.tb, d.batch, d.m, d.k, d.n, dC, d.n, d.stride_c, B, d.ldb, d.read_b, dA,
-                        d.stride_a, beta);
+                        d.stride_a, beta, d.bf16);
     } else {
       if (d.a_shared)
-        summed_gemm<T>(d.tb, true, d.batch, d.k, d.m, d.n, B, d.ldb, d.read_b, dC, d.n, d.stride_c, dA, beta);
+        summed_gemm<T>(d.tb, true, d.batch, d.k, d.m, d.n, B, d.ldb, d.read_b, dC, d.n, d.stride_c, dA, beta, d.bf16);
       else
         batched_gemm<T>(d.tb, true, d.batch, d.k, d.m, d.n, B, d.ldb, d.read_b, dC, d.n, d.stride_c, dA,
-                        d.stride_a, beta);
+                        d.stride_a, beta, d.bf16);
     }
   }
   if (T* dB = a.grad(1)) {
@@ -215,20 +217,20 @@ void backward_kernel(matmul_def, const op_args<T>& a) {
     // !TransB: dB[K,N] += op(A)ᵀ[K,M] · dC[M,N]      TransB: dB[N,K] += dCᵀ[N,M] · op(A)[M,K]
     if (!d.tb) {
       if (d.a_flat)  // a flattens to [batch·M, K]: one reduction over batch·M
-        summed_gemm<T>(true, false, 1, d.k, d.n, d.batch * d.m, A, d.lda, 0, dC, d.n, 0, dB, beta);
+        summed_gemm<T>(true, false, 1, d.k, d.n, d.batch * d.m, A, d.lda, 0, dC, d.n, 0, dB, beta, d.bf16);
       else if (d.b_shared)
-        summed_gemm<T>(!d.ta, false, d.batch, d.k, d.n, d.m, A, d.lda, d.read_a, dC, d.n, d.stride_c, dB, beta);
+        summed_gemm<T>(!d.ta, false, d.batch, d.k, d.n, d.m, A, d.lda, d.read_a, dC, d.n, d.stride_c, dB, beta, d.bf16);
       else
         batched_gemm<T>(!d.ta, false, d.batch, d.k, d.n, d.m, A, d.lda, d.read_a, dC, d.n, d.stride_c, dB,
-                        d.stride_b, beta);
+                        d.stride_b, beta, d.bf16);
     } else {
       if (d.a_flat)
-        summed_gemm<T>(true, false, 1, d.n, d.k, d.batch * d.m, dC, d.n, 0, A, d.lda, 0, dB, beta);
+        summed_gemm<T>(true, false, 1, d.n, d.k, d.batch * d.m, dC, d.n, 0, A, d.lda, 0, dB, beta, d.bf16);
       else if (d.b_shared)
-        summed_gemm<T>(true, d.ta, d.batch, d.n, d.k, d.m, dC, d.n, d.stride_c, A, d.lda, d.read_a, dB, beta);
+        summed_gemm<T>(true, d.ta, d.batch, d.n, d.k, d.m, dC, d.n, d.stride_c, A, d.lda, d.read_a, dB, beta, d.bf16);
       else
         batched_gemm<T>(true, d.ta, d.batch, d.n, d.k, d.m, dC, d.n, d.stride_c, A, d.lda, d.read_a, dB,
-                        d.stride_b, beta);
+                        d.stride_b, beta, d.bf16);
     }
   }
 }

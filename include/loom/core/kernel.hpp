@@ -53,6 +53,9 @@ struct op_args {
   // executor does not zero that buffer first. Other kernels always see 0 here.
   std::span<const std::uint8_t> din_fresh;
   bool training = true;
+  /// GEMM-like products (matmul, the fused linear) in bf16 with float accumulation
+  /// (exec_options::precision); always false in double.
+  bool bf16 = false;
   // a fused node's parameters, made by the plan rewrite that created it (op_entry::fused)
   const void* fused = nullptr;
   // the buffer forward writes for backward (op_entry::saved_elements), or nullptr

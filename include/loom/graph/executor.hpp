@@ -37,6 +37,12 @@ struct strided_view {
 /// The largest thread count an executor accepts (exec_options::threads, set_threads).
 inline constexpr int max_threads = 1024;
 
+/// The precision of an executor's GEMM-like work (exec_options::precision).
+enum class compute_precision : unsigned char {
+  f32,   // the executor's scalar type throughout
+  bf16,  // matmul and the fused linear: operands rounded to bf16, products accumulated in float
+};
+
 /// Settings of an executor.
 struct exec_options {
   int threads = 0;           // worker threads; 0 means all cores (at most max_threads)
@@ -49,6 +55,11 @@ struct exec_options {
   /// node that keeps no [T, S] scores). Off: every node as written (the reference). The
   /// default is on, unless the environment sets LOOM_FUSE=0 (to run a whole program unfused).
   bool fuse = fuse_by_default();
+  /// compute_precision::bf16: matmul and the fused linear (forward and backward) round their
+  /// operands to bf16 and accumulate in float, fast on CPUs with AVX512_BF16 (the same bits, slowly,
+  /// elsewhere). Parameters, gradients, optimizer state, the fused attention and every other op
+  /// stay float. For executor<float> only (docs/precision.md).
+  compute_precision precision = compute_precision::f32;
 
   static bool fuse_by_default();
 };

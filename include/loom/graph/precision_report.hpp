@@ -2,7 +2,8 @@
 // and per gradient — gradcheck's machinery applied to precision.
 //
 // The graph runs twice on the same inputs: in double (the reference: parameters and real
-// inputs as given) and in float32 (the same values rounded once to float), forward and then
+// inputs as given) and in float32 (the same values rounded once to float; with
+// options.precision = bf16, its GEMM-like work in bf16), forward and then
 // backward with the same cotangents (1 for a one-element output, seeded uniform(−1, 1)
 // otherwise, as gradcheck). Every output and every gradient (each parameter's, each real
 // input's) is compared element by element:
@@ -10,6 +11,8 @@
 //   max_abs  = max |float − double|
 //   relative = max_abs / max |double|   (the error against the tensor's own scale, so that
 //                                        elements near zero do not blow it up)
+//   norm_relative = ‖float − double‖₂ / ‖double‖₂   (the whole tensor's error, which one
+//                                        element flipped by a ReLU near 0 does not dominate)
 //
 //   auto r = loom::precision_report(g, params64, {{"x", x64}});
 //   std::printf("%s", r.str().c_str());          // one line per output and gradient
@@ -23,6 +26,7 @@
 #include <vector>
 
 #include "loom/core/params.hpp"
+#include "loom/graph/executor.hpp"
 #include "loom/graph/feed.hpp"
 #include "loom/graph/plan.hpp"
 
@@ -35,6 +39,9 @@ struct precision_options {
   std::uint64_t seed = 0;   // the random cotangents of non-scalar outputs
   int threads = 1;          // both runs' threads (results do not depend on it)
   int fuse = -1;            // run fused patterns (exec_options::fuse): 1 yes, 0 no, −1 the default
+  /// The float run's compute precision (exec_options::precision): bf16 measures the mixed-
+  /// precision graph against double.
+  compute_precision precision = compute_precision::f32;
 };
 
 /// One compared tensor.
@@ -44,6 +51,7 @@ struct precision_entry {
   double max_abs = 0;                    // max |float − double|
   double scale = 0;                      // max |double|
   double relative = 0;                   // max_abs / scale (0 when both are 0; +inf for NaN or a nonzero error on a zero tensor)
+  double norm_relative = 0;              // ‖float − double‖₂ / ‖double‖₂ (the same conventions)
   std::vector<std::int64_t> worst_index; // where max_abs is
 };
 
@@ -54,7 +62,9 @@ struct precision_result {
   const precision_entry& at(const std::string& name) const;
   /// The largest relative error of all entries (0 when there are none).
   double worst_relative() const;
-  /// One line per entry: name, elements, max_abs, scale, relative.
+  /// The largest norm_relative of all entries (0 when there are none).
+  double worst_norm_relative() const;
+  /// One line per entry: name, elements, max_abs, scale, relative, norm_relative.
   std::string str() const;
 };
 
