@@ -27,6 +27,8 @@
 //   decode_gemv               the decode case's weight GEMVs alone: x · Wᵀ for every weight matrix
 //                             of its model but the embedding table (nine), one row each, through
 //                             ops::gemm as decoding calls it; loom only
+//   tiny_train_bf16,          tiny_train and small_train with matmul and the linear layers in
+//   small_train_bf16          bf16 (exec_options::precision = bf16, float accumulation); loom only
 //
 // Timing: warm-up (at least 3 calls and 0.3 s; --quick: 1 call and 0.05 s), then the median of
 // 7 (--quick, a smoke run: 3) repetitions of k calls each, k chosen from the median warm-up call
@@ -304,7 +306,8 @@ double seq2seq_flop(const nn::transformer_config& c, double B, double S, double 
 }
 
 template <nn::transformer_config C>
-json_line train_step(const settings& s, std::int64_t b, std::int64_t len) {
+json_line train_step(const settings& s, std::int64_t b, std::int64_t len,
+                     compute_precision precision = compute_precision::f32) {
   // the batch: src [B, S] and y [B, T] from the shared LCG; tgt = BOS (1), y[:-1]; target = y
   lcg gen{1234};
   tensor<std::int32_t> src(dims_t{b, len}), tgt(dims_t{b, len}), target(dims_t{b, len}), src_len(dims_t{b});
@@ -319,7 +322,7 @@ json_line train_step(const settings& s, std::int64_t b, std::int64_t len) {
   const double rss_before = peak_rss_mib();  // the process baseline, just before building the model
   auto g = make_graph(nn::seq2seq<C, nn::train_mode>::template loss<0>());
   auto params = g.template make_params<float>(1);
-  auto run = g.template executor<float>(params, {.threads = s.threads});
+  auto run = g.template executor<float>(params, {.threads = s.threads, .precision = precision});
   // the memory plan, known before running: B is the batch, every other dim the length
   std::vector<std::pair<std::string_view, std::int64_t>> dims;
   for (std::string_view sym : run.plan().syms) dims.emplace_back(sym, sym == "B" ? b : len);
@@ -602,6 +605,10 @@ std::vector<bench_case> cases() {
   r.push_back({"read_bw_memory", [](const settings& s) { return read_bandwidth(s, std::int64_t{512} << 20); }});
   r.push_back({"read_bw_decode", [](const settings& s) { return read_bandwidth(s, decode_weight_bytes()); }});
   r.push_back({"decode_gemv", decode_gemv});
+  // the same steps with matmul and the linear layers in bf16 (exec_options::precision): loom only
+  r.push_back({"tiny_train_bf16", [](const settings& s) { return train_step<tiny_cfg>(s, 32, 16, compute_precision::bf16); }});
+  r.push_back({"small_train_bf16",
+               [](const settings& s) { return train_step<small_cfg>(s, 16, 64, compute_precision::bf16); }});
   return r;
 }
 

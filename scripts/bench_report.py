@@ -26,7 +26,9 @@ LABELS = {"tiny_train": "train step, tiny enc–dec (d=64, h=4, 2+2, ffn 256, V=
           "fma_peak": "FP32 FMA peak: N threads of independent vector FMAs on registers (time per call)",
           "read_bw_memory": "read bandwidth from memory: N threads summing shares of one 512 MiB buffer",
           "read_bw_decode": "read bandwidth over the decode case's weight bytes (N threads, shares of one buffer)",
-          "decode_gemv": "the decode case's nine weight GEMVs alone (one row each, as a decoding step runs them)"}
+          "decode_gemv": "the decode case's nine weight GEMVs alone (one row each, as a decoding step runs them)",
+          "tiny_train_bf16": "tiny_train with matmul and the linear layers in bf16 (float accumulation; loom only)",
+          "small_train_bf16": "small_train with matmul and the linear layers in bf16 (float accumulation; loom only)"}
 
 
 def seconds(r):

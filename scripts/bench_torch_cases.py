@@ -103,13 +103,14 @@ def case_names():
         names += [mha_name("fwd", b, t, d, h), mha_name("fwdbwd", b, t, d, h)]
     return names + ["tiny_train", "small_train", "small_train_recompute", "gqa_fwd", "gqa_fwdbwd", "decode", "decode_b8",
                     "sgemm",
-                    "fma_peak", "read_bw_memory", "read_bw_decode", "decode_gemv"]
+                    "fma_peak", "read_bw_memory", "read_bw_decode", "decode_gemv", "tiny_train_bf16", "small_train_bf16"]
 
 
 # Cases PyTorch has no side of: the machine's FMA peak, which every GFLOP/s figure is read against,
 # its read bandwidth (from memory, and over the decode case's weight bytes), and the decode case's
-# weight GEMVs alone (read against the latter).
-LOOM_ONLY = {"fma_peak", "read_bw_memory", "read_bw_decode", "decode_gemv"}
+# weight GEMVs alone (read against the latter); and loom's training steps with bf16 products
+# (read against its float ones).
+LOOM_ONLY = {"fma_peak", "read_bw_memory", "read_bw_decode", "decode_gemv", "tiny_train_bf16", "small_train_bf16"}
 
 
 def mha_flop(b, t, d):
