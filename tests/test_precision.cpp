@@ -31,6 +31,13 @@ void require_within(const precision_result& r, double outputs, double gradients)
   }
 }
 
+// Eight training pairs of the translation task, as the model's feeds take them.
+seq2seq_batch translation_batch() {
+  translation::task t(9999, 8, 2, 2, 1);
+  std::vector<std::size_t> idx{0, 1, 2, 3, 4, 5, 6, 7};
+  return make_batch(t.data.train, idx, t.source, t.target);
+}
+
 }  // namespace
 
 TEST_CASE("precision_report: multi-head self-attention with causal and padding masks, float against double") {
@@ -54,9 +61,7 @@ TEST_CASE("precision_report: the translation model (encoder-decoder, its loss an
   constexpr auto cfg = translation::config<>;
   auto g = make_graph(nn::seq2seq<cfg, nn::eval_mode>::loss<translation::pad>());
   auto p = g.make_params<double>(1);
-  translation::task t(9999, 8, 2, 2, 1);
-  std::vector<std::size_t> idx{0, 1, 2, 3, 4, 5, 6, 7};
-  const auto b = make_batch(t.data.train, idx, t.source, t.target);
+  const auto b = translation_batch();
   const auto r = precision_report(g, p, {{"src", b.src}, {"src_len", b.src_len}, {"tgt", b.tgt}, {"target", b.target}});
   require_within(r, output_bound, gradient_bound);
 }
@@ -106,9 +111,7 @@ TEST_CASE("precision_report: bf16 products (compute_precision::bf16) against dou
   constexpr auto cfg = translation::config<>;
   auto g = make_graph(nn::seq2seq<cfg, nn::eval_mode>::loss<translation::pad>());
   auto p = g.make_params<double>(1);
-  translation::task t(9999, 8, 2, 2, 1);
-  std::vector<std::size_t> idx{0, 1, 2, 3, 4, 5, 6, 7};
-  const auto b = make_batch(t.data.train, idx, t.source, t.target);
+  const auto b = translation_batch();
   const std::initializer_list<feed> feeds{{"src", b.src}, {"src_len", b.src_len}, {"tgt", b.tgt}, {"target", b.target}};
   const auto f32 = precision_report(g, p, feeds);
   const auto bf16 = precision_report(g, p, feeds, {.precision = compute_precision::bf16});
@@ -131,9 +134,7 @@ TEST_CASE("precision_report: bf16 products (compute_precision::bf16) against dou
 TEST_CASE("bf16 products give the same bits for any thread count, and a double executor refuses them") {
   constexpr auto cfg = translation::config<>;
   auto g = make_graph(nn::seq2seq<cfg, nn::eval_mode>::loss<translation::pad>());
-  translation::task t(9999, 8, 2, 2, 1);
-  std::vector<std::size_t> idx{0, 1, 2, 3, 4, 5, 6, 7};
-  const auto b = make_batch(t.data.train, idx, t.source, t.target);
+  const auto b = translation_batch();
   auto run = [&](int threads) {
     auto p = g.make_params<float>(1);
     auto ex = g.executor<float>(p, {.threads = threads, .precision = compute_precision::bf16});
