@@ -45,22 +45,17 @@ int elem_of(dtype t, int real) {
   return real;
 }
 
-std::string dim_text(const plan_view& p, const plan_dim& d) {
-  std::string s;
-  for (int k = 0; k < d.n_syms; ++k) s += (k ? " + " : "") + std::string(p.syms[static_cast<std::size_t>(d.sym[k])]);
-  if (d.constant != 0 || d.n_syms == 0) s += (d.n_syms ? " + " : "") + std::to_string(d.constant);
-  return s;
-}
-
-// A value's type: element type and the node's dims (fixed ones as values, the others by name).
+// A value's type: element type and the node's dims (fixed ones as values, the others by their
+// text: "B", "P + T").
 void set_type(pb::ValueInfoProto& v, const plan_view& p, int node, int elem) {
   auto* t = v.mutable_type()->mutable_tensor_type();
   t->set_elem_type(elem);
   auto* shape = t->mutable_shape();
-  for (int a = 0; a < p.order[static_cast<std::size_t>(node)]->rank; ++a) {
-    const plan_dim& d = p.dims[static_cast<std::size_t>(node)][static_cast<std::size_t>(a)];
-    if (d.n_syms == 0) shape->add_dim()->set_dim_value(d.constant);
-    else shape->add_dim()->set_dim_param(dim_text(p, d));
+  const node_desc& d = *p.order[static_cast<std::size_t>(node)];
+  for (int a = 0; a < d.rank; ++a) {
+    const dim_expr& e = d.dims[static_cast<std::size_t>(a)];
+    if (e.is_fixed()) shape->add_dim()->set_dim_value(e.constant);
+    else shape->add_dim()->set_dim_param(detail::dim_text(e));
   }
 }
 
@@ -204,20 +199,8 @@ class writer final : public onnx_emitter {
     if (!v.empty()) return v;
     const sym_source& src = syms_[s];
     if (!src.input.empty()) {
-      auto* n = graph_.add_node();
-      n->set_op_type("Shape");
-      v = "dim_" + std::string(name);
-      n->set_name(v);
-      n->add_input(src.input);
-      n->add_output(v);
-      auto* start = n->add_attribute();
-      start->set_name("start");
-      start->set_type(pb::AttributeProto::INT);
-      start->set_i(src.axis);
-      auto* end = n->add_attribute();
-      end->set_name("end");
-      end->set_type(pb::AttributeProto::INT);
-      end->set_i(src.axis + 1);
+      v = self().add("Shape", {src.input},
+                     {onnx_attr::integer("start", src.axis), onnx_attr::integer("end", src.axis + 1)});
     } else if (src.value >= 0) {
       v = int64s({src.value});
     } else {
