@@ -20,30 +20,27 @@ precision_entry compare(std::string name, tensor_view<const float> got, tensor_v
   if (got.size() != want.size())
     throw shape_error("precision_report: " + e.name + " has " + std::to_string(got.size()) +
                       " elements in float and " + std::to_string(want.size()) + " in double");
-  std::int64_t worst = -1;
-  bool nan = false;
+  std::int64_t worst = -1, mismatch = -1;  // the largest finite error; the first non-finite mismatch
   double err2 = 0, ref2 = 0;
   for (std::int64_t i = 0; i < want.size(); ++i) {
     const double w = want.data[i], g = got.data[i];
-    if (std::isnan(w) || std::isnan(g)) {
-      if (std::isnan(w) != std::isnan(g)) nan = true, worst = worst < 0 ? i : worst;
+    if (!std::isfinite(w) || !std::isfinite(g)) {
+      const bool same = (std::isnan(w) && std::isnan(g)) || w == g;  // NaN for NaN, ±inf for itself
+      if (!same && mismatch < 0) mismatch = i;
       continue;
     }
-    if (std::isinf(w) || std::isinf(g)) {
-      if (w != g) nan = true, worst = worst < 0 ? i : worst;
-      continue;
-    }
-    e.scale = std::max(e.scale, std::abs(w));
     const double d = std::abs(g - w);
+    e.scale = std::max(e.scale, std::abs(w));
     err2 += d * d;
     ref2 += w * w;
-    if (d > e.max_abs || worst < 0) {
-      if (d > e.max_abs) e.max_abs = d;
-      if (!nan) worst = i;
+    if (worst < 0 || d > e.max_abs) {
+      e.max_abs = d;
+      worst = i;
     }
   }
-  if (nan) {
+  if (mismatch >= 0) {
     e.max_abs = e.relative = e.norm_relative = INFINITY;
+    worst = mismatch;
   } else {
     e.relative = e.max_abs == 0 ? 0 : e.scale == 0 ? INFINITY : e.max_abs / e.scale;
     e.norm_relative = err2 == 0 ? 0 : ref2 == 0 ? INFINITY : std::sqrt(err2 / ref2);
