@@ -30,18 +30,21 @@ struct onnx_check {
 /// `dir`/decoder_step.onnx (the decoding step: tokens, positions, source lengths, memory and
 /// the self-attention caches as past/present pairs); then, when `node` runs and `ort_dir` holds
 /// onnxruntime-node, decodes `pairs` greedily through them (scripts/onnx_run.js in `scripts`)
-/// and compares with `loom_translations` (translate()'s, same order).
+/// and compares with `loom_translations` (translate()'s, same order). With `external_data` the
+/// step's weights go to decoder_step.onnx.data. The encoder's outputs in ONNX Runtime are left
+/// in `dir`/memory.safetensors.
 template <class MemoryGraph, class StepGraph>
 onnx_check export_onnx(const std::string& dir, const task& t, const std::vector<translation_pair>& pairs,
                        const std::vector<std::string>& loom_translations, const MemoryGraph& memory_graph,
                        const StepGraph& step_graph, const param_store<float>& params,
                        const std::map<std::string, std::string>& metadata, const std::string& ort_dir,
-                       const std::string& scripts, int max_new_tokens = 20) {
+                       const std::string& scripts, int max_new_tokens = 20, bool external_data = false) {
   namespace fs = std::filesystem;
   fs::create_directories(dir);
   const std::string encoder = dir + "/encoder.onnx", step = dir + "/decoder_step.onnx";
   onnx::save(memory_graph, params, encoder, {.graph_name = "encoder", .metadata = metadata});
-  onnx::save(step_graph, params, step, {.graph_name = "decoder_step", .metadata = metadata});
+  onnx::save(step_graph, params, step,
+             {.graph_name = "decoder_step", .metadata = metadata, .external_data = external_data});
 
   onnx_check r;
   r.total = pairs.size();
@@ -66,17 +69,19 @@ onnx_check export_onnx(const std::string& dir, const task& t, const std::vector<
   const std::string node = "node " + scripts + "/onnx_run.js " + ort_dir + " ";
   if (std::system((node + encoder + " " + sources_file + " " + memory_file).c_str()) != 0) return r;
 
-  // greedy decoding through the exported step, from <bos>, with empty caches
-  nn::kv_cache<float> cache(step_graph, static_cast<std::int64_t>(pairs.size()), 1);
+  // greedy decoding through the exported step, from <bos>, with empty caches: its states are
+  // the inputs with a named output of the same name (the self-attention caches)
+  const auto plan = step_graph.plan();
+  std::vector<std::string> names;
+  for (int node : plan.named)
+    if (plan.is_state(node)) names.emplace_back(plan.order[static_cast<std::size_t>(node)]->name);
   const std::string spec_file = dir + "/greedy.json", tokens_file = dir + "/greedy_tokens.safetensors";
   {
     std::ofstream spec(spec_file);
     spec << "{\"step\": \"" << step << "\", \"feeds\": [\"" << memory_file << "\", \"" << sources_file
          << "\"], \"tokens\": \"tgt\", \"positions\": \"positions\", \"logits\": \"output0\", \"states\": [";
-    const auto names = cache.names();
     for (std::size_t k = 0; k < names.size(); ++k) spec << (k ? ", " : "") << '"' << names[k] << '"';
     spec << "], \"present_prefix\": \"present.\", \"empty_states\": {";
-    const auto plan = step_graph.plan();
     for (std::size_t k = 0; k < names.size(); ++k) {
       const int in = plan.input_index(names[k]);
       const auto& d = plan.dims[static_cast<std::size_t>(in)];  // [B, H, P, d]: H and d fixed
