@@ -41,9 +41,9 @@ std::string range_of(onnx_emitter& e, const dim_expr& d) {
   return e.add("Range", {e.int64({0}, {}), e.dim_scalar(d), e.int64({1}, {})});
 }
 
-// x + PE-like angles: the sinusoid tables of rope and positional_encoding take positions
-// [..] (int64) to angles [.., n] = positions · freq (freq a constant of n values), in the real
-// type.
+// The angles of rope and positional_encoding: positions [..] (int64) to [.., n] = positions ·
+// freq (freq a constant of n values), in the real type (loom computes them in double: see
+// docs/onnx.md, "Not supported, and differences").
 std::string angles(onnx_emitter& e, const std::string& positions, const std::vector<double>& freq) {
   const std::string p = e.add("Cast", {positions}, {onnx_attr::integer("to", e.real_type())});
   const std::string col = e.add("Unsqueeze", {p, e.int64s({-1})});
