@@ -56,14 +56,9 @@ onnx_check export_onnx(const std::string& dir, const task& t, const std::vector<
   std::vector<std::size_t> idx(pairs.size());
   for (std::size_t i = 0; i < idx.size(); ++i) idx[i] = i;
   const auto batch = make_batch(pairs, idx, t.source, t.target);
-  auto wide = [](const tensor<std::int32_t>& x) {
-    tensor<std::int64_t> w(x.dims());
-    for (std::int64_t i = 0; i < x.size(); ++i) w[i] = x[i];
-    return to_stored(w);
-  };
   tensor_file sources;
-  sources.tensors["src"] = wide(batch.src);
-  sources.tensors["src_len"] = wide(batch.src_len);
+  sources.tensors["src"] = to_stored(tensor_cast<std::int64_t>(batch.src));
+  sources.tensors["src_len"] = to_stored(tensor_cast<std::int64_t>(batch.src_len));
   const std::string sources_file = dir + "/sources.safetensors", memory_file = dir + "/memory.safetensors";
   write_safetensors(sources_file, sources);
   const std::string node = "node " + scripts + "/onnx_run.js " + ort_dir + " ";

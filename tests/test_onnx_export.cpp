@@ -51,9 +51,7 @@ struct feeds {
     else if constexpr (std::is_same_v<E, std::int32_t>) loom.emplace_back(name, ints.emplace_back(t));
     else loom.emplace_back(name, masks.emplace_back(t));
     if constexpr (std::is_same_v<E, std::int32_t>) {
-      tensor<std::int64_t> wide(t.dims());
-      for (std::int64_t i = 0; i < t.size(); ++i) wide[i] = t[i];
-      file.tensors[name] = to_stored(wide);
+      file.tensors[name] = to_stored(tensor_cast<std::int64_t>(t));
     } else if constexpr (std::is_same_v<E, std::uint8_t>) {
       stored_tensor s = to_stored(t);
       s.type = storage_type::boolean;
