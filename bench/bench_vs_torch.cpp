@@ -16,6 +16,9 @@
 //                             nn::language_model<C, decode_mode>), ms per token after the prefill
 //   decode_b8                 the same for 8 sequences at once (batch 8): time per step, which
 //                             gives each of the 8 its next token
+//   decode_t512               decode with 512 new tokens (the cache grows to 528 positions)
+//   decode_int8,              decode and decode_t512 with the weights quantized to int8
+//   decode_int8_t512          (exec_options::weights = int8); loom only
 //   sgemm                     the BLAS ceiling: 1024³ sgemm through loom's own BLAS entry
 //                             (ops::gemm, one thread per call), N concurrent calls for N threads
 //   fma_peak                  the machine's FP32 peak: N threads of independent vector FMAs on
@@ -27,6 +30,8 @@
 //   decode_gemv               the decode case's weight GEMVs alone: x · Wᵀ for every weight matrix
 //                             of its model but the embedding table (nine), one row each, through
 //                             ops::gemm as decoding calls it; loom only
+//   decode_gemv_int8          decode_gemv with those weights in int8 (the int8 products as the
+//                             executor calls them); loom only
 //   tiny_train_bf16,          tiny_train and small_train with matmul and the linear layers in
 //   small_train_bf16          bf16 (exec_options::precision = bf16, float accumulation); loom only
 //
@@ -60,6 +65,7 @@
 
 #include "../ops/blas.hpp"  // loom's BLAS entry point (private to the library; linked in loom::loom)
 #include "../ops/gcc_vector.hpp"
+#include "../ops/int8_gemm.hpp"  // the int8 weight products (exec_options::weights)
 #include "../ops/vector_isa.hpp"
 #include "loom/loom.hpp"
 #include "loom/nn/attention.hpp"
@@ -358,12 +364,13 @@ param_store<float> decode_params() {
   return make_graph(nn::language_model<lm_cfg, nn::eval_mode>::logits()).make_params<float>(1);
 }
 
-json_line decode_batch(const settings& s, int batch) {
-  constexpr int prompt_len = 16, new_tokens = 128;
+json_line decode_batch(const settings& s, int batch, int new_tokens = 128, bool int8 = false) {
+  constexpr int prompt_len = 16;
   using step_model = nn::language_model<lm_cfg, nn::decode_mode>;
   auto step = make_graph(step_model::logits());
   auto params = decode_params();
-  auto run = step.executor<float>(params, {.threads = s.threads, .inference = true});
+  auto run = step.executor<float>(
+      params, {.threads = s.threads, .inference = true, .weights = int8 ? weight_precision::int8 : weight_precision::f32});
   lcg gen{99};
   std::vector<std::vector<int>> prompts(static_cast<std::size_t>(batch));
   for (auto& prompt : prompts)  // sequence 0's prompt is the single-sequence case's
@@ -398,6 +405,7 @@ json_line decode_batch(const settings& s, int batch) {
   j.num("tokens_valid", valid ? 1 : 0).num("first_tokens_0", toks.empty() ? -1 : toks[0]);
   // every parameter's bytes (a step reads each weight matrix once, one row of the embedding)
   j.num("weight_bytes", static_cast<double>(params.numel()) * sizeof(float));
+  j.num("new_tokens", new_tokens).num("int8", int8 ? 1 : 0);
   return j.num("batch", batch);
 }
 
@@ -571,6 +579,32 @@ json_line decode_gemv(const settings& s) {
   return j.num("bytes", bytes).num("gemvs", static_cast<double>(products.size()));
 }
 
+/// decode_gemv with the weights quantized to int8 per output channel (exec_options::weights =
+/// int8's products): the same matrices, a quarter of the bytes.
+json_line decode_gemv_int8(const settings& s) {
+  const auto params = decode_params();
+  struct product {
+    ops::int8_matrix w;
+    tensor<float> x, y;
+  };
+  std::vector<product> products;
+  double bytes = 0;
+  std::uint64_t seed = 60;
+  for (const auto& [name, e] : params) {
+    if (e.value.rank() != 2 || name == "embed.weight") continue;
+    products.push_back({ops::quantize_rows(e.value.data(), e.value.dim(0), e.value.dim(1), name.c_str()),
+                        random_tensor({1, e.value.dim(1)}, seed++), tensor<float>(dims_t{1, e.value.dim(0)})});
+    bytes += static_cast<double>(e.value.size()) + 4.0 * static_cast<double>(e.value.dim(0));
+  }
+  auto j = time_calls(s, [&] {
+    for (auto& p : products) {
+      const auto w = p.w.view();
+      ops::int8_gemm(1, p.x.data(), w.cols, w, p.y.data(), w.rows);
+    }
+  }).json();
+  return j.num("bytes", bytes).num("gemvs", static_cast<double>(products.size()));
+}
+
 /// The decode case's parameter bytes (one decoding step reads each weight matrix once).
 std::int64_t decode_weight_bytes() { return decode_params().numel() * static_cast<std::int64_t>(sizeof(float)); }
 
@@ -600,11 +634,16 @@ std::vector<bench_case> cases() {
   r.push_back({"gqa_fwdbwd", [](const settings& s) { return gqa(s, true, 4, 512); }});
   r.push_back({"decode", decode});
   r.push_back({"decode_b8", [](const settings& s) { return decode_batch(s, 8); }});
+  r.push_back({"decode_t512", [](const settings& s) { return decode_batch(s, 1, 512); }});
+  // the same with the weights in int8 (exec_options::weights = int8): loom only
+  r.push_back({"decode_int8", [](const settings& s) { return decode_batch(s, 1, 128, true); }});
+  r.push_back({"decode_int8_t512", [](const settings& s) { return decode_batch(s, 1, 512, true); }});
   r.push_back({"sgemm", sgemm_ceiling});
   r.push_back({"fma_peak", fma_peak});
   r.push_back({"read_bw_memory", [](const settings& s) { return read_bandwidth(s, std::int64_t{512} << 20); }});
   r.push_back({"read_bw_decode", [](const settings& s) { return read_bandwidth(s, decode_weight_bytes()); }});
   r.push_back({"decode_gemv", decode_gemv});
+  r.push_back({"decode_gemv_int8", decode_gemv_int8});
   // the same steps with matmul and the linear layers in bf16 (exec_options::precision): loom only
   r.push_back({"tiny_train_bf16", [](const settings& s) { return train_step<tiny_cfg>(s, 32, 16, compute_precision::bf16); }});
   r.push_back({"small_train_bf16",

@@ -3,7 +3,10 @@
 // default; --temperature T [--top-k K] [--seed S] samples instead (reproducibly for a seed).
 //
 //   generate [--checkpoint out/translate/checkpoint.safetensors] [--temperature T] [--top-k K]
-//            [--seed S] [--threads N] [--train-steps N] [number ...]
+//            [--seed S] [--threads N] [--train-steps N] [--int8] [number ...]
+//
+// --int8 decodes with the step's weights quantized to int8 per output channel
+// (exec_options::weights = int8): a quarter of the weight bytes read per token.
 //
 // A bad value (say --temperature nan, --top-k -1, a corrupt or foreign --checkpoint) ends it
 // with one line on stderr and exit status 2.
@@ -37,7 +40,7 @@ int main(int argc, char** argv) try {
   long train_steps = 1500;
   std::uint64_t seed = 1;
   std::vector<std::string> numbers;
-  bool checkpoint_given = false;
+  bool checkpoint_given = false, int8 = false;
   cli::command_line app("Streams translations of numbers through the KV cache, greedy or sampled.", "generate");
   app.existing_file("--checkpoint", checkpoint, "parameters to load (without one, trains first)", &checkpoint_given)
       .number("--temperature", temperature, 0.0, 100.0, "sample from softmax(logits / T); 0: greedy")
@@ -45,6 +48,7 @@ int main(int argc, char** argv) try {
       .whole("--seed", seed, 0, UINT64_MAX, "seed of the sampling")
       .whole("--threads", threads, 0, max_threads, "worker threads (0: all cores)")
       .whole("--train-steps", train_steps, 1, 10'000'000, "steps to train when there is no checkpoint")
+      .flag("--int8", int8, "decode with the weights quantized to int8 per output channel")
       .positional("numbers", numbers, "numbers to translate (up to 9 digits each)", [](const std::string& n) {
         return !n.empty() && n.size() <= 9 && n.find_first_not_of("0123456789") == std::string::npos
                    ? std::string()
@@ -90,8 +94,9 @@ int main(int argc, char** argv) try {
   }
 
   auto memory = memory_graph.executor<float>(params, {.threads = threads, .inference = true});
-  auto step = step_graph.executor<float>(params, {.threads = threads, .inference = true});
-  std::printf("%s decoding, %s\n\n", temperature > 0 ? "sampled" : "greedy",
+  auto step = step_graph.executor<float>(
+      params, {.threads = threads, .inference = true, .weights = int8 ? weight_precision::int8 : weight_precision::f32});
+  std::printf("%s decoding%s, %s\n\n", temperature > 0 ? "sampled" : "greedy", int8 ? " with int8 weights" : "",
               temperature > 0 ? ("temperature " + std::to_string(temperature) + ", top-k " + std::to_string(top_k) +
                                  ", seed " + std::to_string(seed))
                                     .c_str()

@@ -329,6 +329,18 @@ int train_and_evaluate(const settings& s, const cli::command_line& app, world_t*
       std::printf("  beam 4 (%.2f s): exact match %.2f%%   BLEU-4 %.2f\n\n", beam_seconds,
                   100 * exact_match(beam4, references), 100 * corpus_bleu_text(beam4, references).bleu);
     }
+    {  // the decoding step again with its weights in int8 (exec_options::weights): how many
+       // translations stay the same, and the time
+      const auto q0 = std::chrono::steady_clock::now();
+      const auto int8 = translate<cfg>(t, t.data.test, memory_graph, step_graph, params, s.threads, weight_precision::int8);
+      const double int8_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - q0).count();
+      std::size_t same = 0;
+      for (std::size_t i = 0; i < int8.size(); ++i) same += int8[i] == predictions[i];
+      std::printf("  int8 weights (%.2f s): %zu of %zu greedy translations identical to float32's (%.2f%%), "
+                  "exact match %.2f%%   BLEU-4 %.2f\n\n",
+                  int8_seconds, same, int8.size(), 100.0 * static_cast<double>(same) / static_cast<double>(int8.size()),
+                  100 * exact_match(int8, references), 100 * corpus_bleu_text(int8, references).bleu);
+    }
     for (std::size_t i = 0; i < 8 && i < predictions.size(); ++i)
       std::printf("  %-10s -> %-60s %s\n", t.data.test[i].source.c_str(), predictions[i].c_str(),
                   predictions[i] == references[i] ? "ok" : ("(expected: " + references[i] + ")").c_str());

@@ -95,13 +95,16 @@ inline nn::generate_options decode_options(int max_new_tokens) {
 }
 
 /// Greedy translations of pairs[first, first + count) through the KV cache: the encoder runs
-/// once per batch, the cross-attention memory is projected once, then one token per step.
+/// once per batch, the cross-attention memory is projected once, then one token per step, its
+/// weights as `weights` says (int8: the decoding step's products read int8 weights; the encoder
+/// stays float).
 template <nn::transformer_config C, class MemoryGraph, class StepGraph>
 std::vector<std::string> translate(const task& t, const std::vector<translation_pair>& pairs,
                                    const MemoryGraph& memory_graph, const StepGraph& step_graph,
-                                   param_store<float>& params, int threads, std::size_t batch = 250) {
+                                   param_store<float>& params, int threads,
+                                   weight_precision weights = weight_precision::f32, std::size_t batch = 250) {
   auto memory = memory_graph.template executor<float>(params, {.threads = threads, .inference = true});
-  auto step = step_graph.template executor<float>(params, {.threads = threads, .inference = true});
+  auto step = step_graph.template executor<float>(params, {.threads = threads, .inference = true, .weights = weights});
   std::vector<std::string> out;
   for (std::size_t b0 = 0; b0 < pairs.size(); b0 += batch) {
     std::vector<std::size_t> idx;

@@ -22,6 +22,10 @@ executor<T>::impl::impl(plan_view p, param_store<T>& ps, exec_options o) : origi
   if (opts.inference) opts.training = false;
   if (!std::is_same_v<T, float> && opts.precision != compute_precision::f32)
     throw value_error("executor<double>: compute_precision::bf16 is for float executors (double is the reference)");
+  if (opts.weights == weight_precision::int8 && !std::is_same_v<T, float>)
+    throw value_error("executor<double>: weight_precision::int8 is for float executors (double is the reference)");
+  if (opts.weights == weight_precision::int8 && !opts.inference)
+    throw value_error("executor: weight_precision::int8 needs exec_options::inference (int8 weights have no gradient)");
   make_arena();
   for (int i = 0; i < original.size(); ++i) index.emplace(original.order[i], i);
   keep_original.assign(original.size(), 0);
@@ -37,6 +41,7 @@ void executor<T>::impl::adopt_plan() {
   plan = rewritten->view;
   n = plan.size();
   param_version = 0;  // the parameters' nodes are found again in the new plan
+  int8_ready = false;  // and the int8 weights quantized for its nodes
   leaf.assign(n, 0);
   needs_grad.assign(n, 0);
   kernels.assign(n, {});
@@ -251,6 +256,12 @@ std::int64_t executor<T>::bound(std::string_view symbol) const {
 template <class T>
 void executor<T>::on_gradient_final(std::function<void(int node)> callback) {
   p_->gradient_final = std::move(callback);
+}
+
+template <class T>
+void executor<T>::requantize() {
+  busy_guard busy(p_->in_use, "requantize()");
+  p_->int8_ready = false;  // the next forward() binds in full and quantizes
 }
 
 template <class T>

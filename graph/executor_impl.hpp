@@ -29,6 +29,7 @@
 #include "loom/core/kernel.hpp"
 #include "arena_allocator.hpp"
 #include "loom/graph/executor.hpp"
+#include "../core/int8_matrix.hpp"
 #include "planner.hpp"
 #include "rewrite.hpp"
 #include "schedule.hpp"
@@ -118,6 +119,14 @@ struct executor<T>::impl {
   std::vector<std::uint8_t> materialize;  // per input node: copy the strided feed into the arena
   std::vector<std::uint8_t> appended;     // per node: its value grows its input 0's feed in place
   bind_scratch scratch;                   // bind()'s working vectors, kept for their capacity
+
+  // ---- exec_options::weights = int8 (int8_weights.cpp), quantized at a full bind when not ready
+  bool int8_ready = false;
+  std::uint64_t int8_layout = 0;              // the store's layout_version() they were made at
+  std::vector<loom::int8_matrix> int8_matrices;  // per node: a parameter's quantized form, or empty
+  std::vector<int8_weights> int8_view;        // per node: the same as the kernels read it
+  std::vector<const int8_weights*> int8_of;   // per node: the weight its kernel reads, or null
+  void quantize_weights();
 
   // the kernels' view of every input edge (node i's are [in_off[i], in_off[i+1]) of the plan),
   // allocated once and refreshed from val, grad and dims after each bind (buffers.cpp)

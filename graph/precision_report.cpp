@@ -126,6 +126,8 @@ precision_result precision_report(const plan_view& plan, const param_store<doubl
     real_names.push_back(f.name());
   }
 
+  if (opt.weights == weight_precision::int8 && opt.gradients)
+    throw value_error("precision_report: weight_precision::int8 is for inference: set gradients = false");
   exec_options eo;
   eo.threads = opt.threads;
   eo.training = false;  // the same function in both runs (no dropout)
@@ -134,6 +136,7 @@ precision_result precision_report(const plan_view& plan, const param_store<doubl
   if (opt.fuse >= 0) eo.fuse = opt.fuse != 0;
   executor<double> ref(plan, ref_params, eo);
   eo.precision = opt.precision;
+  eo.weights = opt.weights;
   executor<float> low(plan, low_params, eo);
   ref.forward(feeds);
   low.forward(low_feeds);

@@ -37,15 +37,22 @@ std::int64_t linear_output_elements(const void* params, const dims_t& out, std::
 /// What the four share: a fused node that writes its output fresh and whose backward reads x and w.
 inline constexpr op_traits linear_traits{.writes_fresh = true, .backward_reads = reads({0, 1}), .fused = true};
 
-/// linear_traits changed by f (an activation's or the residual's own needs).
+/// Every fused linear multiplies by its weight, input 1, transposed (op_traits::reads_int8_weight).
+constexpr bool linear_reads_int8_weight(const node_desc&) { return true; }
+
+/// linear_traits changed by f (an activation's or the residual's own needs), reading int8
+/// weights (a member: GCC takes no function's address inside a template argument).
 template <class F>
 constexpr op_traits linear_traits_and(F f) {
   op_traits t = linear_traits;
+  t.reads_int8_weight = &linear_reads_int8_weight;
   f(t);
   return t;
 }
 
-struct linear_op : op_def<linear_op, "linear", linear_traits>, linear_kernels {};
+struct linear_op : op_def<linear_op, "linear">, linear_kernels {
+  static constexpr op_traits traits = linear_traits_and([](op_traits&) {});
+};
 
 struct linear_relu_op : op_def<linear_relu_op, "linear_relu">, linear_kernels {
   // relu' comes from y; dz needs a workspace of the output's size

@@ -5,6 +5,7 @@
 
 #include "fused_linear.hpp"
 #include "gemm_chunks.hpp"
+#include "int8_gemm.hpp"
 #include "loom/core/parallel.hpp"
 #include "pass_gradient.hpp"
 #include "reduce.hpp"
@@ -142,6 +143,15 @@ void linear_kernels::forward(const op_args<T>& a) {
   T* y = a.out;
   T* z_saved = a.saved;  // gelu: z, for backward
   const std::int64_t grain = row_grain(n, k), chunks = (rows + grain - 1) / grain;
+  if constexpr (std::is_same_v<T, float>) {
+    if (a.int8) {  // weights quantized to int8 (exec_options::weights): the product, then the epilogue
+      int8_gemm(rows, x, k, *a.int8, y, n);
+      for_chunks(chunks, 1, [&](std::int64_t c0, std::int64_t c1) {
+        epilogue(act, y, z_saved, b, res, c0 * grain, std::min(rows, c1 * grain), n);
+      });
+      return;
+    }
+  }
   // bf16: the product in bf16, then the epilogue's pass (the fused tiles are float's kernel)
   if (!a.bf16 && chunks == 1 && in_column_tiles(act, rows, n, k, x, w, b, res, y)) return;
   for_chunks(chunks, 1, [&](std::int64_t c0, std::int64_t c1) {

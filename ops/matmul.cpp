@@ -11,6 +11,7 @@
 
 #include "blas.hpp"
 #include "gemm_chunks.hpp"
+#include "int8_gemm.hpp"
 #include "loom/core/compiled_kernels.hpp"
 #include "loom/core/kernel.hpp"
 #include "loom/ops/matmul.hpp"
@@ -167,8 +168,29 @@ void general_backward(const mm_dims& d, const op_args<T>& a) {
 
 }  // namespace
 
+namespace {
+
+// x [.., M, K] · Wᵀ with W quantized to int8 (op_args::int8, a rank-2 parameter [N, K]): each
+// matrix of x, or all of them as one when they lie contiguous, through int8_gemm.
+void int8_forward(const op_args<float>& a) {
+  const dims_t& dx = a.in_dims[0];
+  const std::int64_t m = dx[-2], k = dx[-1], n = a.int8->rows, count = dx.prod(0, dx.rank - 2);
+  const std::int64_t stride = a.mat_stride(0);
+  if (stride == m * k) return int8_gemm(count * m, a.input(0), k, *a.int8, a.out, n);
+  for (std::int64_t b = 0; b < count; ++b) int8_gemm(m, a.input(0) + b * stride, k, *a.int8, a.out + b * m * n, n);
+}
+
+}  // namespace
+
+bool matmul_reads_int8_weight(const node_desc& node) {
+  const auto t = load_attrs<matmul_attrs>(node);
+  return !t.trans_a && t.trans_b;
+}
+
 template <class T>
 void forward_kernel(matmul_def, const op_args<T>& a) {
+  if constexpr (std::is_same_v<T, float>)
+    if (a.int8) return int8_forward(a);
   mm_dims d = dims_of(a);
   const T* A = a.input(0);
   const T* B = a.input(1);

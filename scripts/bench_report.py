@@ -21,6 +21,10 @@ LABELS = {"tiny_train": "train step, tiny enc–dec (d=64, h=4, 2+2, ffn 256, V=
           "gqa_fwdbwd": "GQA attention forward+backward, causal (B=4, Hq=16, Hkv=4, T=S=512, d=64)",
           "decode": "greedy decode, KV cache, per token (2 layers, d=256, h=8, ffn 1024, V=1000, prompt 16, 128 new)",
           "decode_b8": "the same for 8 sequences at once, per step (8 tokens)",
+          "decode_t512": "greedy decode as above with 512 new tokens (cache up to 528 positions), per token",
+          "decode_int8": "decode with the weights in int8 (exec_options::weights; loom only), 128 new, per token",
+          "decode_int8_t512": "decode_t512 with the weights in int8 (loom only), per token",
+          "decode_gemv_int8": "decode_gemv with the weights in int8 (loom only)",
           "sgemm": "sgemm 1024³, time per product at full throughput (loom: N concurrent single-thread "
                    "calls through its BLAS; PyTorch: torch.mm on N threads)",
           "fma_peak": "FP32 FMA peak: N threads of independent vector FMAs on registers (time per call)",
@@ -97,14 +101,20 @@ def report(results, meta):
                                  + (f" ({pct_of(lo, peak)} of FMA peak)" if peak else ""))
                 if to:
                     notes.append(f"torch.mm {to['flop'] / to['median_s'] * 1e-9:.0f} GFLOP/s")
-            elif name.startswith("read_bw") or name == "decode_gemv":
+            elif name.startswith("read_bw") or name in ("decode_gemv", "decode_gemv_int8"):
                 if lo:
                     notes.append(f"{lo['bytes'] / lo['median_s'] * 1e-9:.1f} GB/s")
+                base = by.get(("loom", "decode_gemv", n))
+                if lo and base and name == "decode_gemv_int8":
+                    notes.insert(0, f"**{seconds(base) / seconds(lo):.2f}× decode_gemv (float32)**")
                 bw = by.get(("loom", "read_bw_decode", n))
                 if lo and bw and name == "decode_gemv":
                     notes.append(f"{100 * (lo['bytes'] / lo['median_s']) / (bw['bytes'] / bw['median_s']):.0f}% of "
                                  "read_bw_decode")
-            elif name in ("decode", "decode_b8"):
+            elif name in ("decode", "decode_b8", "decode_t512", "decode_int8", "decode_int8_t512"):
+                base = by.get(("loom", "decode" if name == "decode_int8" else "decode_t512", n))
+                if lo and base and name.startswith("decode_int8"):
+                    notes.append(f"**{seconds(base) / seconds(lo):.2f}× loom float32** ({fmt_time(seconds(base))})")
                 bw = by.get(("loom", "read_bw_decode", n))
                 if lo and "weight_bytes" in lo:
                     notes.append(f"loom: its {lo['weight_bytes'] / 2 ** 20:.1f} MiB of parameters per step time "
@@ -113,7 +123,8 @@ def report(results, meta):
                                     " of read_bw_decode)" if bw else ""))
                 for r, who in ((lo, "loom"), (to, "PyTorch")):
                     if r:
-                        notes.append(f"{who}: prefill {fmt_time(r['prefill_s'])}, 128 tokens {fmt_time(r['total_s'])}"
+                        notes.append(f"{who}: prefill {fmt_time(r['prefill_s'])}, {r.get('tokens', 128):.0f} tokens "
+                                     f"{fmt_time(r['total_s'])}"
                                      + ("" if r["tokens_valid"] else " **(no valid tokens!)**"))
             elif lo and "flop" in lo:
                 notes.append(f"GFLOP/s {lo['flop'] / lo['median_s'] * 1e-9:.1f} vs "

@@ -102,15 +102,18 @@ def case_names():
     for b, t, d, h in MHA_SHAPES:
         names += [mha_name("fwd", b, t, d, h), mha_name("fwdbwd", b, t, d, h)]
     return names + ["tiny_train", "small_train", "small_train_recompute", "gqa_fwd", "gqa_fwdbwd", "decode", "decode_b8",
-                    "sgemm",
-                    "fma_peak", "read_bw_memory", "read_bw_decode", "decode_gemv", "tiny_train_bf16", "small_train_bf16"]
+                    "decode_t512", "sgemm",
+                    "fma_peak", "read_bw_memory", "read_bw_decode", "decode_gemv", "tiny_train_bf16", "small_train_bf16",
+                    "decode_int8", "decode_int8_t512", "decode_gemv_int8"]
 
 
 # Cases PyTorch has no side of: the machine's FMA peak, which every GFLOP/s figure is read against,
 # its read bandwidth (from memory, and over the decode case's weight bytes), and the decode case's
 # weight GEMVs alone (read against the latter); and loom's training steps with bf16 products
-# (read against its float ones).
-LOOM_ONLY = {"fma_peak", "read_bw_memory", "read_bw_decode", "decode_gemv", "tiny_train_bf16", "small_train_bf16"}
+# (read against its float ones), and its decoding with int8 weights (read against decode and
+# decode_t512, and decode_gemv).
+LOOM_ONLY = {"fma_peak", "read_bw_memory", "read_bw_decode", "decode_gemv", "tiny_train_bf16", "small_train_bf16",
+             "decode_int8", "decode_int8_t512", "decode_gemv_int8"}
 
 
 def mha_flop(b, t, d):
@@ -373,12 +376,12 @@ def language_model(torch, batch=1):
     return model, prompt
 
 
-def torch_decode(torch, p, batch=1):
+def torch_decode(torch, p, batch=1, n_new=None):
     """Greedy decoding with a hand-written KV cache (language_model): the prefill of the prompts,
-    then one token per sequence per step."""
+    then one token per sequence per step (n_new tokens; default LM's)."""
     h, V = LM["h"], LM["vocab"]
     dk = LM["d"] // h
-    n_prompt, n_new = LM["prompt"], LM["new_tokens"]
+    n_prompt, n_new = LM["prompt"], n_new or LM["new_tokens"]
     model, prompt = language_model(torch, batch)
 
     def generate():
@@ -453,6 +456,8 @@ def run_torch_case(name, n, quick, threading):
         r = torch_decode(torch, p)
     elif name == "decode_b8":
         r = torch_decode(torch, p, 8)
+    elif name == "decode_t512":
+        r = torch_decode(torch, p, 1, 512)
     elif name == "sgemm":
         r = torch_sgemm(torch, p, n)
     else:

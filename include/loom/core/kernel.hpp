@@ -29,6 +29,15 @@
 
 namespace loom {
 
+/// A weight matrix [rows, cols] quantized to int8 per row (output channel): W[j, k] ≈
+/// scale[j] · q[j · stride + k] (exec_options::weights = int8). Its rows are `stride` bytes
+/// apart, the bytes past cols zero.
+struct int8_weights {
+  const std::int8_t* q = nullptr;
+  const float* scale = nullptr;
+  std::int64_t rows = 0, cols = 0, stride = 0;
+};
+
 /// What a kernel receives: its node, its inputs' values and dims, its output, and in
 /// backward the output's gradient and its inputs' gradients. Pointers are valid for the call.
 template <class T>
@@ -56,6 +65,10 @@ struct op_args {
   /// GEMM-like products (matmul, the fused linear) in bf16 with float accumulation
   /// (exec_options::precision); always false in double.
   bool bf16 = false;
+  /// Set for a weight product whose weight (input 1, a parameter [N, K] read as Wᵀ) the executor
+  /// quantized to int8 (exec_options::weights): matmul and the fused linear then read it instead
+  /// of input(1). Null otherwise (always in double and in backward).
+  const int8_weights* int8 = nullptr;
   // a fused node's parameters, made by the plan rewrite that created it (op_entry::fused)
   const void* fused = nullptr;
   // the buffer forward writes for backward (op_entry::saved_elements), or nullptr

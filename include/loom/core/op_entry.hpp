@@ -122,6 +122,11 @@ struct op_traits {
   /// The op is made by a plan rewrite (fusion.hpp) from a pattern of other ops, never by
   /// user code; its kernels read the rewrite's parameters from op_args::fused.
   bool fused = false;
+  /// Whether the node's forward multiplies by its input 1 as a weight W [N, K] read transposed
+  /// (x · Wᵀ, K the last axis of input 0) and reads op_args::int8 instead of input 1 when that is
+  /// set. With exec_options::weights = int8, the executor quantizes W for such a node when W is
+  /// a parameter of rank 2. Null: never (matmul says yes when it is x · Wᵀ; the fused linear always).
+  bool (*reads_int8_weight)(const node_desc& node) = nullptr;
 };
 
 /// Traits shared by many ops (op_def<D, "name", in_place_traits>). in_place_traits: forward

@@ -43,6 +43,12 @@ enum class compute_precision : unsigned char {
   bf16,  // matmul and the fused linear: operands rounded to bf16, products accumulated in float
 };
 
+/// How an executor reads the weights of its products (exec_options::weights).
+enum class weight_precision : unsigned char {
+  f32,   // as the store holds them
+  int8,  // quantized to int8 per output channel once, dequantised on the fly (inference only)
+};
+
 /// Settings of an executor.
 struct exec_options {
   int threads = 0;           // worker threads; 0 means all cores (at most max_threads)
@@ -60,6 +66,16 @@ struct exec_options {
   /// elsewhere). Parameters, gradients, optimizer state, the fused attention and every other op
   /// stay float. For executor<float> only (docs/precision.md).
   compute_precision precision = compute_precision::f32;
+  /// weight_precision::int8 (executor<float> with `inference` only): the weight W [N, K] of
+  /// every product x · Wᵀ whose W is a parameter — the fused linear layers, matmul<false,
+  /// true>(x, w), a tied lm head — is quantized to int8 per output channel (symmetric, float32
+  /// scales) when forward() first binds the parameters, and the products read it, dequantised
+  /// on the fly: a decoding step reads a quarter of the weight bytes. Every other op, the KV
+  /// cache and the embedding's rows stay float. Quantized again when the store's layout changes
+  /// (a parameter added or replaced) and after requantize(); values written into the
+  /// parameters in place are not seen until then. forward() throws value_error, naming the
+  /// parameter, for a weight with a NaN or an infinity. docs/precision.md.
+  weight_precision weights = weight_precision::f32;
 
   static bool fuse_by_default();
 };
@@ -144,6 +160,11 @@ class executor {
   /// The value the last forward() bound to a dynamic dim.
   std::int64_t bound(std::string_view symbol) const;
 
+  /// With exec_options::weights = int8: quantizes the weights again, from the store's values,
+  /// at the next forward() — after new values were written into the parameters in place (a
+  /// checkpoint loaded into the store, say), which the executor does not see by itself. Does
+  /// nothing otherwise.
+  void requantize();
   /// Throws value_error unless 0 ≤ threads ≤ max_threads (the old count is kept then).
   void set_threads(int threads);
   int threads() const;

@@ -3,7 +3,8 @@
 //
 // The graph runs twice on the same inputs: in double (the reference: parameters and real
 // inputs as given) and in float32 (the same values rounded once to float; with
-// options.precision = bf16, its GEMM-like work in bf16), forward and then
+// options.precision = bf16, its GEMM-like work in bf16; with options.weights = int8, its weight
+// products with int8 weights, forward only), forward and then
 // backward with the same cotangents (1 for a one-element output, seeded uniform(−1, 1)
 // otherwise, as gradcheck). Every output and every gradient (each parameter's, each real
 // input's) is compared element by element:
@@ -42,6 +43,9 @@ struct precision_options {
   /// The float run's compute precision (exec_options::precision): bf16 measures the mixed-
   /// precision graph against double.
   compute_precision precision = compute_precision::f32;
+  /// The float run's weights (exec_options::weights): int8 measures the quantized products
+  /// against double. Inference only: needs gradients = false (value_error otherwise).
+  weight_precision weights = weight_precision::f32;
 };
 
 /// One compared tensor.

@@ -35,6 +35,8 @@ struct matmul_attrs {
 /// matmul reads operands whose matrices lie further apart than their size in place (each
 /// matrix is one GEMM operand: a KV cache's keys grown in place, say).
 constexpr bool matmul_reads_strided(const node_desc&, int) { return true; }
+/// x · Wᵀ (matmul<false, true>) reads an int8 weight (op_traits::reads_int8_weight; ops/matmul.cpp).
+bool matmul_reads_int8_weight(const node_desc& node);
 
 /// matmul's declaration: name, traits and kernels (compiled once, whatever the attributes).
 struct matmul_def : op_def<matmul_def, "matmul">, compiled_kernels<matmul_def> {
@@ -44,6 +46,7 @@ struct matmul_def : op_def<matmul_def, "matmul">, compiled_kernels<matmul_def> {
       .reads_strided = &matmul_reads_strided,
       .writes_fresh = true,
       .backward_reads = reads({0, 1}),
+      .reads_int8_weight = &matmul_reads_int8_weight,
   };
 };
 extern template struct compiled_kernels<matmul_def>;  // ops/matmul.cpp
