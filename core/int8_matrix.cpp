@@ -15,9 +15,10 @@ int8_matrix quantize_rows(const float* w, std::int64_t rows, std::int64_t cols, 
   int8_matrix r;
   r.rows = rows;
   r.cols = cols;
-  r.stride = (cols + 63) / 64 * 64;
-  r.q.assign(static_cast<std::size_t>(rows * r.stride), 0);
-  r.scale.assign(static_cast<std::size_t>(rows), 0.f);
+  r.padded_cols = (cols + 63) / 64 * 64;
+  const i64 padded_rows = (rows + 15) / 16 * 16, pairs = r.padded_cols / 2;
+  r.q.assign(static_cast<std::size_t>(padded_rows * r.padded_cols), 0);
+  r.scale.assign(static_cast<std::size_t>(padded_rows), 0.f);
   for (i64 j = 0; j < rows; ++j) {
     const float* row = w + j * cols;
     float largest = 0;
@@ -30,10 +31,10 @@ int8_matrix quantize_rows(const float* w, std::int64_t rows, std::int64_t cols, 
     const float scale = largest / 127.f;
     if (scale == 0) continue;  // a row of zeros (or below 127 · 2^-149 in magnitude): q 0, scale 0
     r.scale[static_cast<std::size_t>(j)] = scale;
-    std::int8_t* q = r.q.data() + j * r.stride;
+    std::int8_t* block = r.q.data() + (j / 16) * pairs * 32 + (j % 16) * 2;  // int8_weights::at's layout
     for (i64 k = 0; k < cols; ++k) {
       const float t = std::clamp(std::nearbyint(row[k] / scale), -127.f, 127.f);  // to nearest, ties to even
-      q[k] = static_cast<std::int8_t>(t);
+      block[(k / 2) * 32 + k % 2] = static_cast<std::int8_t>(t);
     }
   }
   return r;

@@ -14,12 +14,12 @@ namespace loom {
 ///   scale[j] = max_k |W[j, k]| / 127 (float division), q[j, k] = W[j, k] / scale[j] (float
 ///   division) rounded to nearest, ties to even, then clamped to [−127, 127]; a row of zeros has
 ///   scale 0 and q 0. So |W[j, k] − scale[j] · q[j, k]| ≤ scale[j] / 2 (up to float roundings).
-/// q's rows are `stride` bytes apart (cols rounded up to 64, the padding zero).
+/// q is laid out as int8_weights says (blocks of 16 rows, column pairs interleaved; padding zero).
 struct int8_matrix {
-  std::int64_t rows = 0, cols = 0, stride = 0;
+  std::int64_t rows = 0, cols = 0, padded_cols = 0;
   std::vector<std::int8_t> q;
-  std::vector<float> scale;
-  int8_weights view() const { return {q.data(), scale.data(), rows, cols, stride}; }
+  std::vector<float> scale;  // rows rounded up to 16
+  int8_weights view() const { return {q.data(), scale.data(), rows, cols, padded_cols}; }
 };
 
 /// The quantized form of w [rows, cols] (row-major, contiguous). Throws value_error naming `who`

@@ -1,22 +1,27 @@
 // int8 weight products (see int8_gemm.hpp). Each row of x is quantized to int16 first (qx, one
-// scale per row). The AVX-512 kernel then computes a tile of 4 output channels × up to 4 rows:
-// for each block of 32 columns, each channel's 32 int8 weights are widened to int16 once
-// (vpmovsxbw) and multiplied into every row's 16 int32 lanes (AVX512_VNNI's vpdpwssd): 32
-// multiply-adds an instruction. CPUs without AVX512_VNNI take the portable loop. Every 512 columns, the four channels'
-// lanes of a row are summed together (exact in int32 there) into 64-bit totals. The sums are
-// exact integers, so the order of the lanes does not matter and every path gives the same S.
+// scale per row). The weights lie in blocks of 16 output channels whose column pairs are
+// interleaved (int8_weights): 32 bytes hold one pair (k, k + 1) of 16 channels. So the AVX-512
+// kernel widens those 32 bytes to int16 (vpmovsxbw) and multiplies them with the pair of x
+// broadcast to every 32-bit lane (AVX512_VNNI's vpdpwssd): 32 multiply-adds into 16 channels'
+// sums, lane c holding channel c's — no horizontal sums at the end, one sequential stream of
+// weights. A tile is 4 blocks (64 channels) × up to 4 rows of x; every 512 columns the int32
+// lanes are added into 64-bit totals. The sums are exact integers, so every path (this kernel,
+// the portable loop, any split of rows or channels) gives the same bits.
 //
 // What bounds it, measured on AMD EPYC (Zen 4), 1 thread, November 2026 (a standalone loop over
-// 2 MB of int8 weights, 1 row of x): vpdpwssd and vpdpbusd on 512-bit vectors complete one every
-// two cycles there, so 16 multiply-adds a cycle at most — 57–66 GB/s of int8 weights with the
-// widening, where the bytes alone stream at 82–84 GB/s from L3. Splitting qx into two unsigned
-// bytes for vpdpbusd (no widening, two instructions per 64 columns) measured no faster (55–57
-// GB/s); widening the weights to float for FMAs, 1.3× float's GEMV only (three 512-bit
-// instructions per 16 multiply-adds). Figures of the decode case: bench/README.md.
+// 2 MB of int8 weights, one row of x): vpdpwssd and vpdpbusd on 512-bit vectors complete one
+// every two cycles there, so 16 multiply-adds a cycle at most — 57–66 GB/s of int8 weights with
+// the widening, where the bytes alone stream at 82–84 GB/s from L3. For the record, three other
+// forms measured slower: the weights widened to float for FMAs (three 512-bit instructions per
+// 16 multiply-adds: 1.3× float's GEMV); qx split into two unsigned bytes for vpdpbusd (two
+// instructions per 64 columns: no faster than the widening); rows of weights with a horizontal
+// sum per channel at the end (the sums cost a fifth of the time: 1.85× float's GEMV). Figures
+// of the decode case: bench/README.md.
 #include "int8_gemm.hpp"
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <memory>
 #include <string>
 
@@ -36,16 +41,16 @@ namespace loom::ops {
 namespace {
 
 using i64 = std::int64_t;
-constexpr i64 block_channels = 64;  // output channels of one parallel chunk
-constexpr i64 tile_channels = 4, tile_rows = 4;
-// Columns whose products 16 int32 lanes hold, summed together, without overflow: each lane
-// adds two products of at most 127 · 32767 per 32 columns, so 16 lanes over 512 columns stay
-// below 512 · 127 · 32767 < 2^31.
-constexpr i64 exact_columns = 512;
+constexpr i64 block_rows = 16;    // output channels of a block of the layout (int8_weights)
+constexpr i64 chunk_blocks = 4;   // blocks of one parallel chunk and of a tile: 64 channels
+constexpr i64 tile_rows = 4;      // rows of x in a tile
+// Column pairs whose products a 32-bit lane holds without overflow: two products of at most
+// 127 · 32767 a pair, so 256 pairs (512 columns) stay below 512 · 127 · 32767 < 2^31.
+constexpr i64 exact_pairs = 256;
 constexpr float qx_max = 32767.f;
 
 // The rows of x quantized to int16 (the header's qx and sx), rows `stride` apart (the weights'
-// stride, so the padding past cols is zero like theirs), and whether each row is finite.
+// padded_cols, the padding zero), and whether each row is finite.
 struct quantized_rows {
   i64 stride = 0;
   std::unique_ptr<std::int16_t[]> q;
@@ -71,39 +76,33 @@ void quantize_row_portable(const float* x, i64 cols, std::int16_t* q, float& sx,
     q[k] = static_cast<std::int16_t>(std::clamp(std::nearbyint(x[k] / sx), -qx_max, qx_max));
 }
 
-// A non-finite row's output (the header's fallback): float products, in k order, times scale.
-float dot_float(const std::int8_t* q, const float* x, i64 cols) {
-  float s = 0;
-  for (i64 k = 0; k < cols; ++k) s = std::fma(x[k], static_cast<float>(q[k]), s);
-  return s;
-}
-
-float output(std::int64_t total, float scale_w, float sx) { return static_cast<float>(total) * (scale_w * sx); }
-
-// Rows [i0, i1) of x × channels [j0, j1), one output at a time.
+// Rows [i0, i1) of x × channels [j0, j1), one output at a time: the exact sum, or for a row
+// that is not finite the header's fallback (float products in k order, times scale).
 void channels_portable(i64 i0, i64 i1, const float* x, i64 ldx, const quantized_rows& xq, const int8_weights& w,
                        float* y, i64 ldy, i64 j0, i64 j1) {
   for (i64 i = i0; i < i1; ++i)
     for (i64 j = j0; j < j1; ++j) {
-      const std::int8_t* q = w.q + j * w.stride;
       if (!xq.finite[i]) {
-        y[i * ldy + j] = w.scale[j] * dot_float(q, x + i * ldx, w.cols);
+        const float* xi = x + i * ldx;
+        float s = 0;
+        for (i64 k = 0; k < w.cols; ++k) s = std::fma(xi[k], static_cast<float>(w.at(j, k)), s);
+        y[i * ldy + j] = w.scale[j] * s;
         continue;
       }
       const std::int16_t* qx = xq.q.get() + i * xq.stride;
       std::int64_t total = 0;
-      for (i64 k = 0; k < w.cols; ++k) total += static_cast<std::int64_t>(q[k]) * qx[k];
-      y[i * ldy + j] = output(total, w.scale[j], xq.scale[i]);
+      for (i64 k = 0; k < w.cols; ++k) total += static_cast<std::int64_t>(w.at(j, k)) * qx[k];
+      y[i * ldy + j] = static_cast<float>(total) * (w.scale[j] * xq.scale[i]);
     }
 }
 
 #ifdef LOOM_INT8_AVX512
 
 #define LOOM_INT8_TARGET gnu::target("avx512f,avx512bw")
-#define LOOM_INT8_VNNI_TARGET gnu::target("avx512f,avx512bw,avx512vnni")
+#define LOOM_INT8_VNNI_TARGET gnu::target("avx512f,avx512bw,avx512dq,avx512vnni")
 
 [[LOOM_INT8_TARGET]] void quantize_row_vnni(const float* x, i64 cols, std::int16_t* q, float& sx,
-                                                std::uint8_t& finite) {
+                                              std::uint8_t& finite) {
   const __m512 zero = _mm512_setzero_ps();
   __m512 largest = zero, probe = zero;  // probe: Σ x · 0, a NaN when some x is not finite
   for (i64 k = 0; k < cols; k += 16) {
@@ -126,82 +125,74 @@ void channels_portable(i64 i0, i64 i1, const float* x, i64 ldx, const quantized_
   }
 }
 
-// Lane c of the result: the sum of a_c's 16 lanes (exact while it fits int32: exact_columns).
-[[LOOM_INT8_TARGET, gnu::always_inline]] inline __m128i sum4(__m512i a0, __m512i a1, __m512i a2, __m512i a3) {
-  const __m512i u01 = _mm512_add_epi32(_mm512_shuffle_i32x4(a0, a1, 0x44), _mm512_shuffle_i32x4(a0, a1, 0xEE));
-  const __m512i u23 = _mm512_add_epi32(_mm512_shuffle_i32x4(a2, a3, 0x44), _mm512_shuffle_i32x4(a2, a3, 0xEE));
-  const __m512i v = _mm512_add_epi32(_mm512_shuffle_i32x4(u01, u23, 0x88), _mm512_shuffle_i32x4(u01, u23, 0xDD));
-  const __m512i h2 = _mm512_add_epi32(v, _mm512_shuffle_epi32(v, _MM_PERM_BADC));
-  const __m512i h1 = _mm512_add_epi32(h2, _mm512_shuffle_epi32(h2, _MM_PERM_CDAB));
-  const __m512i first = _mm512_set_epi32(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 12, 8, 4, 0);
-  return _mm512_castsi512_si128(_mm512_permutexvar_epi32(first, h1));
-}
-
-// Channels [j, j + C) (C ≤ 4) × rows [i, i + R) of x (all finite): the header's S, then y. One
-// row has two sets of accumulators (even and odd blocks of 32 columns, added at the end: the
-// integer sums are exact in any order), so that eight multiply-add chains hide the latency.
-template <int C, int R>
-[[LOOM_INT8_VNNI_TARGET]] void tile(const quantized_rows& xq, i64 i, const int8_weights& w, i64 j, float* y, i64 ldy) {
-  constexpr int U = R == 1 ? 2 : 1;  // blocks of 32 columns per step
-  std::int64_t total[R][tile_channels] = {};
-  const std::int8_t* q = w.q + j * w.stride;
+// Blocks [b0, b0 + B) of channels × rows [i, i + R) of x (all finite): lane c of acc[r][b] sums
+// channel 16 (b0 + b) + c's products with row i + r, 512 columns at a time into 64-bit totals.
+template <int B, int R>
+[[LOOM_INT8_VNNI_TARGET]] void tile(const quantized_rows& xq, i64 i, const int8_weights& w, i64 b0, float* y, i64 ldy) {
+  const i64 pairs = w.padded_cols / 2, used = (w.cols + 1) / 2;  // the pairs past `used` are zero
+  const std::int8_t* q = w.q + b0 * pairs * 32;
   const std::int16_t* qx = xq.q.get() + i * xq.stride;
-  for (i64 k0 = 0; k0 < w.cols; k0 += exact_columns) {
-    // up to the next multiple of 32 · U past the columns: the padding of q and qx is zero
-    const i64 k1 = std::min(w.cols, k0 + exact_columns);
-    __m512i acc[U][R][tile_channels];
-    for (int u = 0; u < U; ++u)
-      for (int r = 0; r < R; ++r)
-        for (int c = 0; c < tile_channels; ++c) acc[u][r][c] = _mm512_setzero_si512();
-    for (i64 k = k0; k < k1; k += 32 * U)
-      for (int u = 0; u < U; ++u) {
-        __m512i wv[C];
-        for (int c = 0; c < C; ++c)
-          wv[c] = _mm512_cvtepi8_epi16(
-              _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + c * w.stride + k + 32 * u)));
-        for (int r = 0; r < R; ++r) {
-          const __m512i xv = _mm512_loadu_si512(qx + r * xq.stride + k + 32 * u);
-          for (int c = 0; c < C; ++c) acc[u][r][c] = _mm512_dpwssd_epi32(acc[u][r][c], xv, wv[c]);
-        }
+  __m512i low[R][B], high[R][B];  // the totals: lanes 0-7 and 8-15, as 64-bit integers
+  for (int r = 0; r < R; ++r)
+    for (int b = 0; b < B; ++b) low[r][b] = high[r][b] = _mm512_setzero_si512();
+  for (i64 p0 = 0; p0 < used; p0 += exact_pairs) {
+    const i64 p1 = std::min(used, p0 + exact_pairs);
+    __m512i acc[R][B];
+    for (int r = 0; r < R; ++r)
+      for (int b = 0; b < B; ++b) acc[r][b] = _mm512_setzero_si512();
+    for (i64 p = p0; p < p1; ++p) {
+      __m512i wv[B];
+      for (int b = 0; b < B; ++b)
+        wv[b] = _mm512_cvtepi8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + (b * pairs + p) * 32)));
+      for (int r = 0; r < R; ++r) {
+        std::int32_t pair;
+        std::memcpy(&pair, qx + r * xq.stride + 2 * p, sizeof pair);  // qx[2p] low, qx[2p + 1] high
+        const __m512i xv = _mm512_set1_epi32(pair);
+        for (int b = 0; b < B; ++b) acc[r][b] = _mm512_dpwssd_epi32(acc[r][b], xv, wv[b]);
       }
-    for (int r = 0; r < R; ++r) {
-      if constexpr (U == 2)  // the 512 columns' lanes together stay within int32 (exact_columns)
-        for (int c = 0; c < C; ++c) acc[0][r][c] = _mm512_add_epi32(acc[0][r][c], acc[1][r][c]);
-      alignas(16) std::int32_t sums[4];
-      _mm_store_si128(reinterpret_cast<__m128i*>(sums), sum4(acc[0][r][0], acc[0][r][C > 1 ? 1 : 0],
-                                                             acc[0][r][C > 2 ? 2 : 0], acc[0][r][C > 3 ? 3 : 0]));
-      for (int c = 0; c < C; ++c) total[r][c] += sums[c];
+    }
+    for (int r = 0; r < R; ++r)
+      for (int b = 0; b < B; ++b) {
+        low[r][b] = _mm512_add_epi64(low[r][b], _mm512_cvtepi32_epi64(_mm512_castsi512_si256(acc[r][b])));
+        high[r][b] = _mm512_add_epi64(high[r][b], _mm512_cvtepi32_epi64(_mm512_extracti64x4_epi64(acc[r][b], 1)));
+      }
+  }
+  for (int r = 0; r < R; ++r) {
+    const __m512 sx = _mm512_set1_ps(xq.scale[i + r]);
+    for (int b = 0; b < B; ++b) {
+      const i64 j = (b0 + b) * block_rows;
+      const __m512 total = _mm512_insertf32x8(_mm512_castps256_ps512(_mm512_cvtepi64_ps(low[r][b])),
+                                              _mm512_cvtepi64_ps(high[r][b]), 1);
+      const __m512 out = _mm512_mul_ps(total, _mm512_mul_ps(_mm512_loadu_ps(w.scale + j), sx));
+      const i64 valid = std::min(block_rows, w.rows - j);
+      _mm512_mask_storeu_ps(y + r * ldy + j, static_cast<__mmask16>((1u << valid) - 1), out);
     }
   }
-  for (int r = 0; r < R; ++r)
-    for (int c = 0; c < C; ++c) y[r * ldy + j + c] = output(total[r][c], w.scale[j + c], xq.scale[i + r]);
 }
 
-template <int C>
-[[LOOM_INT8_VNNI_TARGET]] void tile_any_rows(int rows, const quantized_rows& xq, i64 i, const int8_weights& w, i64 j,
+template <int B>
+[[LOOM_INT8_VNNI_TARGET]] void tile_any_rows(int rows, const quantized_rows& xq, i64 i, const int8_weights& w, i64 b0,
                                              float* y, i64 ldy) {
   switch (rows) {
-    case 1: return tile<C, 1>(xq, i, w, j, y, ldy);
-    case 2: return tile<C, 2>(xq, i, w, j, y, ldy);
-    case 3: return tile<C, 3>(xq, i, w, j, y, ldy);
-    default: return tile<C, 4>(xq, i, w, j, y, ldy);
+    case 1: return tile<B, 1>(xq, i, w, b0, y, ldy);
+    case 2: return tile<B, 2>(xq, i, w, b0, y, ldy);
+    case 3: return tile<B, 3>(xq, i, w, b0, y, ldy);
+    default: return tile<B, 4>(xq, i, w, b0, y, ldy);
   }
 }
 
-// Rows [i0, i1) of x, all finite, × channels [j0, j1); y points at row i0.
+// Rows [i0, i1) of x, all finite, × channel blocks [b0, b1) (at most chunk_blocks); y points at
+// row i0.
 [[LOOM_INT8_VNNI_TARGET]] void finite_rows(i64 i0, i64 i1, const quantized_rows& xq, const int8_weights& w, float* y,
-                                           i64 ldy, i64 j0, i64 j1) {
-  for (i64 j = j0; j < j1; j += tile_channels) {
-    const int c = static_cast<int>(std::min(tile_channels, j1 - j));
-    for (i64 i = i0; i < i1; i += tile_rows) {
-      const int r = static_cast<int>(std::min(tile_rows, i1 - i));
-      float* yi = y + (i - i0) * ldy;
-      switch (c) {
-        case 1: tile_any_rows<1>(r, xq, i, w, j, yi, ldy); break;
-        case 2: tile_any_rows<2>(r, xq, i, w, j, yi, ldy); break;
-        case 3: tile_any_rows<3>(r, xq, i, w, j, yi, ldy); break;
-        default: tile_any_rows<4>(r, xq, i, w, j, yi, ldy); break;
-      }
+                                           i64 ldy, i64 b0, i64 b1) {
+  for (i64 i = i0; i < i1; i += tile_rows) {
+    const int r = static_cast<int>(std::min(tile_rows, i1 - i));
+    float* yi = y + (i - i0) * ldy;
+    switch (b1 - b0) {
+      case 1: tile_any_rows<1>(r, xq, i, w, b0, yi, ldy); break;
+      case 2: tile_any_rows<2>(r, xq, i, w, b0, yi, ldy); break;
+      case 3: tile_any_rows<3>(r, xq, i, w, b0, yi, ldy); break;
+      default: tile_any_rows<4>(r, xq, i, w, b0, yi, ldy); break;
     }
   }
 }
@@ -209,21 +200,21 @@ template <int C>
 const bool has_vnni = [] {
   __builtin_cpu_init();  // this runs among the static constructors
   return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-         __builtin_cpu_supports("avx512vnni");
+         __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vnni");
 }();
 
-// The channels [j0, j1) of every row: runs of finite rows through the kernel, the others alone.
-void channels_vnni(i64 m, const float* x, i64 ldx, const quantized_rows& xq, const int8_weights& w, float* y,
-                   i64 ldy, i64 j0, i64 j1) {
+// Channel blocks [b0, b1) of every row: runs of finite rows through the kernel, the others alone.
+void blocks_vnni(i64 m, const float* x, i64 ldx, const quantized_rows& xq, const int8_weights& w, float* y, i64 ldy,
+                 i64 b0, i64 b1) {
   for (i64 i = 0; i < m;) {
     if (!xq.finite[i]) {
-      channels_portable(i, i + 1, x, ldx, xq, w, y, ldy, j0, j1);
+      channels_portable(i, i + 1, x, ldx, xq, w, y, ldy, b0 * block_rows, std::min(w.rows, b1 * block_rows));
       ++i;
       continue;
     }
     i64 end = i;
     while (end < m && xq.finite[end]) ++end;
-    finite_rows(i, end, xq, w, y + i * ldy, ldy, j0, j1);
+    finite_rows(i, end, xq, w, y + i * ldy, ldy, b0, b1);
     i = end;
   }
 }
@@ -240,7 +231,7 @@ bool vectorised() {
 
 // Every row of x quantized (the header's qx and sx).
 quantized_rows quantize_x(i64 m, const float* x, i64 ldx, const int8_weights& w, bool portable) {
-  quantized_rows r(m, w.stride);
+  quantized_rows r(m, w.padded_cols);
   for (i64 i = 0; i < m; ++i) {
     std::int16_t* q = r.q.get() + i * r.stride;
 #ifdef LOOM_INT8_AVX512
@@ -260,13 +251,18 @@ quantized_rows quantize_x(i64 m, const float* x, i64 ldx, const int8_weights& w,
 void int8_gemm(std::int64_t m, const float* x, std::int64_t ldx, const int8_weights& w, float* y, std::int64_t ldy) {
   if (m <= 0 || w.rows <= 0) return;
   const quantized_rows xq = quantize_x(m, x, ldx, w, false);
-  const i64 blocks = (w.rows + block_channels - 1) / block_channels;
-  for_chunks(blocks, 1, [&](i64 b0, i64 b1) {
-    const i64 j0 = b0 * block_channels, j1 = std::min(w.rows, b1 * block_channels);
+  const i64 blocks = (w.rows + block_rows - 1) / block_rows, chunks = (blocks + chunk_blocks - 1) / chunk_blocks;
+  for_chunks(chunks, 1, [&](i64 c0, i64 c1) {
+    for (i64 c = c0; c < c1; ++c) {
+      const i64 b0 = c * chunk_blocks, b1 = std::min(blocks, b0 + chunk_blocks);
 #ifdef LOOM_INT8_AVX512
-    if (has_vnni) return channels_vnni(m, x, ldx, xq, w, y, ldy, j0, j1);
+      if (has_vnni) {
+        blocks_vnni(m, x, ldx, xq, w, y, ldy, b0, b1);
+        continue;
+      }
 #endif
-    channels_portable(0, m, x, ldx, xq, w, y, ldy, j0, j1);
+      channels_portable(0, m, x, ldx, xq, w, y, ldy, b0 * block_rows, std::min(w.rows, b1 * block_rows));
+    }
   });
 }
 

@@ -18,16 +18,17 @@ using loom::quantize_rows;
 /// sums. Each row of x is quantized on the fly to int16, symmetric:
 ///   sx = max_k |x[i, k]| / 32767 (float), qx[k] = x[i, k] / sx rounded to nearest even and
 ///   clamped to [−32767, 32767] (a row below 32767 · 2^-149 in magnitude: sx 0, qx 0);
-///   S = Σ_k q[j, k] · qx[k], exact (a 64-bit integer);
+///   S = Σ_k q[j, k] · qx[k], exact (a 64-bit integer; q[j, k] is w.at(j, k));
 ///   y[i, j] = float(S) · (scale[j] · sx)   (float(S) rounded once).
 /// qx's step is 2^-15 of the row's largest magnitude, well below the weights' own (2^-7 of
 /// their row's), and the sum has no rounding at all: so the result's bits are the same on every
 /// path, for any m, thread count or split of the work. A row of x holding a NaN or an infinity
-/// is computed instead as float sums of x[i, k] · float(q[j, k]) (then times scale[j]), which
+/// is computed instead as float sums of x[i, k] · float(q[j, k]) in k order, each a fused
+/// multiply-add (then times scale[j]), which
 /// carry the NaN or infinity as a float product would.
 /// x has rows of ldx floats (ldx ≥ cols), y rows of ldy. Parallel over blocks of 64 output
-/// channels (for_chunks). AVX512_VNNI's vpdpwssd where the CPU has it, a portable loop with the
-/// same bits elsewhere (correct, not fast).
+/// channels (for_chunks). AVX512_VNNI's vpdpwssd where the CPU has it (with AVX512BW and DQ), a
+/// portable loop with the same bits elsewhere (correct, not fast).
 void int8_gemm(std::int64_t m, const float* x, std::int64_t ldx, const int8_weights& w, float* y, std::int64_t ldy);
 
 /// int8_gemm as the portable loop computes it, on one thread (the same bits; for tests).

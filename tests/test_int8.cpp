@@ -49,7 +49,7 @@ float reference_output(const float* x, i64 cols, const ops::int8_matrix& w, i64 
   if (sx != 0)
     for (i64 k = 0; k < cols; ++k) {
       const float t = std::clamp(std::nearbyint(x[k] / sx), -32767.f, 32767.f);
-      s += static_cast<std::int64_t>(t) * w.q[static_cast<std::size_t>(j * w.stride + k)];
+      s += static_cast<std::int64_t>(t) * w.view().at(j, k);
     }
   return static_cast<float>(s) * (w.scale[static_cast<std::size_t>(j)] * sx);
 }
@@ -78,16 +78,21 @@ TEST_CASE("int8: quantize_rows scales each row by its largest magnitude, rounds 
     const auto q = ops::quantize_rows(w.data(), 1, 8, "w");
     REQUIRE(q.scale.at(0) == 1.f);
     const std::vector<int> want{127, 2, -2, 4, 0, -127, 126, 0};  // ties to even: 2.5 → 2, 3.5 → 4, 126.5 → 126
-    for (int k = 0; k < 8; ++k) CHECK(int(q.q[static_cast<std::size_t>(k)]) == want[static_cast<std::size_t>(k)]);
-    CHECK(q.stride == 64);
-    for (i64 k = 8; k < q.stride; ++k) CHECK(q.q[static_cast<std::size_t>(k)] == 0);  // the padding
+    for (int k = 0; k < 8; ++k) CHECK(int(q.view().at(0, k)) == want[static_cast<std::size_t>(k)]);
+    CHECK(q.padded_cols == 64);
+    CHECK(q.q.size() == 16 * 64);  // one block of 16 rows
+    std::vector<int> nonzero;
+    for (std::size_t e = 0; e < q.q.size(); ++e)
+      if (q.q[e] != 0) nonzero.push_back(static_cast<int>(e));
+    // the layout: column pairs of the block's 16 rows, 32 bytes a pair, row 0 at bytes 0 and 1
+    CHECK(nonzero == std::vector<int>{0, 1, 32, 33, 65, 96});  // k 0, 1, 2, 3, 5, 6 (k 4 rounds to 0)
   }
   SECTION("random rows: each element within half a step, the largest at ±127; a row of zeros") {
     const i64 rows = 5, cols = 70;
     auto w = random_floats(rows * cols, 3, -3, 3);
     for (i64 k = 0; k < cols; ++k) w[static_cast<std::size_t>(2 * cols + k)] = 0;  // row 2: zeros
     const auto q = ops::quantize_rows(w.data(), rows, cols, "w");
-    REQUIRE(q.stride == 128);
+    REQUIRE(q.padded_cols == 128);
     for (i64 j = 0; j < rows; ++j) {
       float largest = 0;
       for (i64 k = 0; k < cols; ++k) largest = std::max(largest, std::fabs(w[static_cast<std::size_t>(j * cols + k)]));
@@ -95,7 +100,7 @@ TEST_CASE("int8: quantize_rows scales each row by its largest magnitude, rounds 
       CHECK(s == largest / 127.f);
       int extreme = 0;
       for (i64 k = 0; k < cols; ++k) {
-        const int v = q.q[static_cast<std::size_t>(j * q.stride + k)];
+        const int v = q.view().at(j, k);
         REQUIRE(std::abs(v) <= 127);
         extreme = std::max(extreme, std::abs(v));
         CHECK(std::fabs(double(w[static_cast<std::size_t>(j * cols + k)]) - double(s) * v) <= 0.5 * s * (1 + 1e-6));
@@ -117,7 +122,10 @@ TEST_CASE("int8: quantize_rows scales each row by its largest magnitude, rounds 
     CHECK(none.q.empty());
     const std::vector<float> w(3, 1.f);
     const auto empty_rows = ops::quantize_rows(w.data(), 3, 0, "w");
-    CHECK(empty_rows.scale == std::vector<float>(3, 0.f));
+    CHECK(empty_rows.scale == std::vector<float>(16, 0.f));  // rows padded to a block of 16
+    std::vector<float> x(2, 1.f), y(6, -7.f);
+    ops::int8_gemm(2, x.data(), 0, empty_rows.view(), y.data(), 3);  // no columns: every output 0
+    CHECK(y == std::vector<float>(6, 0.f));
   }
 }
 
@@ -182,7 +190,7 @@ TEST_CASE("int8: the vector kernel and the portable loop give the same bits, row
     // the infinity carries through every channel whose weight at that column is not zero
     const i64 c = k / 2;
     for (i64 j = 0; j < n; ++j)
-      if (q.q[static_cast<std::size_t>(j * q.stride + c)] != 0) CHECK_FALSE(std::isfinite(together[static_cast<std::size_t>(6 * n + j)]));
+      if (q.view().at(j, c) != 0) CHECK_FALSE(std::isfinite(together[static_cast<std::size_t>(6 * n + j)]));
   }
 }
 

@@ -30,12 +30,17 @@
 namespace loom {
 
 /// A weight matrix [rows, cols] quantized to int8 per row (output channel): W[j, k] ≈
-/// scale[j] · q[j · stride + k] (exec_options::weights = int8). Its rows are `stride` bytes
-/// apart, the bytes past cols zero.
+/// scale[j] · at(j, k) (exec_options::weights = int8). The values lie in blocks of 16 rows, each
+/// block a run of column pairs (k, k + 1), 32 bytes a pair: row c of the block at bytes 2c and
+/// 2c + 1 — so that one 512-bit multiply takes a pair of x into 16 outputs at once. Columns are
+/// padded with zeros to `padded_cols` (a multiple of 64), rows to a multiple of 16 (their scale 0).
 struct int8_weights {
   const std::int8_t* q = nullptr;
   const float* scale = nullptr;
-  std::int64_t rows = 0, cols = 0, stride = 0;
+  std::int64_t rows = 0, cols = 0, padded_cols = 0;
+  std::int8_t at(std::int64_t j, std::int64_t k) const {
+    return q[((j / 16) * (padded_cols / 2) + k / 2) * 32 + (j % 16) * 2 + (k % 2)];
+  }
 };
 
 /// What a kernel receives: its node, its inputs' values and dims, its output, and in
