@@ -22,7 +22,7 @@
 #include "loom/nn/kv_cache.hpp"
 #include "loom/nn/transformer.hpp"
 #include "test_support.hpp"
-#include "translation.hpp"
+#include "translation_batch.hpp"
 
 using namespace loom;
 using i64 = std::int64_t;
@@ -63,12 +63,7 @@ std::vector<float> product(i64 m, const std::vector<float>& x, i64 ldx, const op
   return y;
 }
 
-// Eight training pairs of the translation task, as the model's feeds take them.
-seq2seq_batch translation_batch() {
-  translation::task t(9999, 8, 2, 2, 1);
-  std::vector<std::size_t> idx{0, 1, 2, 3, 4, 5, 6, 7};
-  return make_batch(t.data.train, idx, t.source, t.target);
-}
+using test::translation_batch;
 
 }  // namespace
 

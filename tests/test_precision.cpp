@@ -9,7 +9,7 @@
 #include "loom/loom.hpp"
 #include "loom/nn/decoder.hpp"
 #include "test_support.hpp"
-#include "translation.hpp"
+#include "translation_batch.hpp"
 
 using namespace loom;
 
@@ -31,12 +31,7 @@ void require_within(const precision_result& r, double outputs, double gradients)
   }
 }
 
-// Eight training pairs of the translation task, as the model's feeds take them.
-seq2seq_batch translation_batch() {
-  translation::task t(9999, 8, 2, 2, 1);
-  std::vector<std::size_t> idx{0, 1, 2, 3, 4, 5, 6, 7};
-  return make_batch(t.data.train, idx, t.source, t.target);
-}
+using test::translation_batch;
 
 }  // namespace
 
