@@ -18,6 +18,7 @@
 #include "../ops/int8_gemm.hpp"
 #include "loom/loom.hpp"
 #include "loom/nn/decoder.hpp"
+#include "loom/nn/beam_search.hpp"
 #include "loom/nn/generate.hpp"
 #include "loom/nn/kv_cache.hpp"
 #include "loom/nn/transformer.hpp"
@@ -327,7 +328,7 @@ TEST_CASE("int8: precision_report of the quantized graphs against double, with e
   }
 }
 
-TEST_CASE("int8: nn::generate takes the int8 step unchanged, and its first token agrees with float") {
+TEST_CASE("int8: nn::generate and nn::beam_search take the int8 step unchanged, and the first token agrees with float") {
   constexpr nn::transformer_config cfg{.d_model = 64, .heads = 4, .ffn = 128, .decoder_layers = 2, .tgt_vocab = 50};
   using step_model = nn::language_model<cfg, nn::decode_mode>;
   auto step = make_graph(step_model::logits());
@@ -344,4 +345,14 @@ TEST_CASE("int8: nn::generate takes the int8 step unchanged, and its first token
     for (int t : seq) REQUIRE((t >= 0 && t < cfg.tgt_vocab));
   }
   CHECK(a.tokens[0][0] == b.tokens[0][0]);  // the first greedy token agrees (margins at init are not tiny)
+
+  // beam search takes it unchanged too: a cache of beam rows per prompt
+  nn::kv_cache<float> c3(step, 4, 40);
+  const auto beams = nn::beam_search(i8, c3, prompts, {.beam = 2, .max_new_tokens = 12});
+  REQUIRE(beams.hypotheses.size() == 2);
+  for (const auto& h : beams.hypotheses) {
+    REQUIRE(h.size() == 2);
+    for (int t : h[0].tokens) REQUIRE((t >= 0 && t < cfg.tgt_vocab));
+    CHECK(std::isfinite(h[0].log_prob));
+  }
 }
