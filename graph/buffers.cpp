@@ -164,7 +164,7 @@ ops::op_args<T> executor<T>::impl::args(int i) const {
   a.din_fresh = std::span(sched.edge_fresh).subspan(first, count);
   a.dout = grad[i];
   a.training = opts.training;
-  a.bf16 = std::is_same_v<T, float> && opts.precision == compute_precision::bf16;
+  a.bf16 = std::is_same_v<T, float> && opts.precision == compute_precision::bf16 && !float_product[static_cast<std::size_t>(i)];
   a.int8 = int8_of.empty() ? nullptr : int8_of[static_cast<std::size_t>(i)];
   a.fused = plan.order[i]->fused;
   a.saved = buffers.saved_buf[i] >= 0 ? mem_ptr + off_saved[i] : nullptr;

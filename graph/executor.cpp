@@ -30,6 +30,13 @@ executor<T>::impl::impl(plan_view p, param_store<T>& ps, exec_options o) : origi
   for (int i = 0; i < original.size(); ++i) index.emplace(original.order[i], i);
   keep_original.assign(original.size(), 0);
   adopt_plan();
+  for (const std::string& name : opts.float_weights) {  // each names a weight some product reads
+    bool read = false;
+    for (int i = 0; i < n && !read; ++i) read = weight_of(i) == name;
+    if (!read)
+      throw value_error("exec_options::float_weights: \"" + name +
+                        "\" is not a parameter of this graph that a product x · Wᵀ reads as its weight");
+  }
 }
 
 // The plan this executor runs: the original with its fusions (unless exec_options::fuse is
@@ -71,6 +78,12 @@ void executor<T>::impl::adopt_plan() {
   keep.assign(n, 0);
   for (int i = 0; i < original.size(); ++i)
     if (keep_original[i] && rewritten->of_original[i] >= 0) keep[rewritten->of_original[i]] = 1;
+  float_product.assign(n, 0);
+  for (int i = 0; i < n; ++i) {
+    const std::string_view w = weight_of(i);
+    if (!w.empty())
+      float_product[i] = std::find(opts.float_weights.begin(), opts.float_weights.end(), w) != opts.float_weights.end();
+  }
   plan_memory();
   bound = forwarded = backwarded = false;  // the next forward() binds and places anew
 }

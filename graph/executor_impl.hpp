@@ -127,6 +127,11 @@ struct executor<T>::impl {
   std::vector<int8_weights> int8_view;        // per node: the same as the kernels read it
   std::vector<const int8_weights*> int8_of;   // per node: the weight its kernel reads, or null
   void quantize_weights();
+  // per node: a product x · Wᵀ whose W is named in exec_options::float_weights (adopt_plan)
+  std::vector<std::uint8_t> float_product;
+  // whether node i's op reads input 1 as a weight x · Wᵀ (op_traits::reads_int8_weight) and that
+  // input is a parameter: its name then, else empty
+  std::string_view weight_of(int i) const;
 
   // the kernels' view of every input edge (node i's are [in_off[i], in_off[i+1]) of the plan),
   // allocated once and refreshed from val, grad and dims after each bind (buffers.cpp)

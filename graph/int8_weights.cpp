@@ -7,9 +7,17 @@
 namespace loom {
 
 // Every node whose op reads an int8 weight (op_traits::reads_int8_weight) and whose weight is a
-// parameter of rank 2 gets that parameter's quantized form; a parameter read by several such
+// parameter of rank 2, not named in exec_options::float_weights, gets that parameter's quantized form; a parameter read by several such
 // nodes (a tied lm head is one) is quantized once. Throws value_error for a weight that is not
 // finite, having changed nothing.
+template <class T>
+std::string_view executor<T>::impl::weight_of(int i) const {
+  const node_desc& d = *plan.order[i];
+  if (leaf[i] || !d.op->reads_int8_weight || !d.op->reads_int8_weight(d)) return {};
+  const node_desc& w = *plan.order[plan.inputs(i)[1]];
+  return w.op->role == node_role::param ? w.name : std::string_view{};
+}
+
 template <class T>
 void executor<T>::impl::quantize_weights() {
   if constexpr (std::is_same_v<T, float>) {
@@ -17,8 +25,7 @@ void executor<T>::impl::quantize_weights() {
     std::vector<int8_weights> view(static_cast<std::size_t>(n));
     std::vector<const int8_weights*> of(static_cast<std::size_t>(n), nullptr);
     for (int i = 0; i < n; ++i) {
-      const node_desc& d = *plan.order[i];
-      if (leaf[i] || !d.op->reads_int8_weight || !d.op->reads_int8_weight(d)) continue;
+      if (weight_of(i).empty() || float_product[static_cast<std::size_t>(i)]) continue;
       const auto w = static_cast<std::size_t>(plan.inputs(i)[1]);
       const auto* e = param_at(static_cast<int>(w));
       if (!e || e->value.rank() != 2) continue;
@@ -39,5 +46,7 @@ void executor<T>::impl::quantize_weights() {
 
 template void executor<float>::impl::quantize_weights();
 template void executor<double>::impl::quantize_weights();
+template std::string_view executor<float>::impl::weight_of(int) const;
+template std::string_view executor<double>::impl::weight_of(int) const;
 
 }  // namespace loom

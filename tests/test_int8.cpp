@@ -356,3 +356,36 @@ TEST_CASE("int8: nn::generate and nn::beam_search take the int8 step unchanged, 
     CHECK(std::isfinite(h[0].log_prob));
   }
 }
+
+TEST_CASE("int8 and bf16: exec_options::float_weights keeps the named weights' products in float32") {
+  constexpr long In = 40, Out = 24;
+  auto x = input<"x", shape<dyn<"B">, fix<In>>>();
+  auto w2 = param<"w2", shape<fix<Out>, fix<Out>>>();
+  auto g = make_graph(matmul<false, true>(relu(nn::linear<"l1", Out>(x)), w2));
+  auto params = g.make_params<float>(4);
+  test::randomize(params, 5);
+  const auto xs = test::random_tensor<float>({6, In}, 6);
+  auto out = [&](exec_options o) {
+    o.inference = true;
+    auto ex = g.executor<float>(params, o);
+    ex.forward({{"x", xs}});
+    return std::vector<float>(ex.output().data, ex.output().data + ex.output().dims.size());
+  };
+  const auto f32 = out({});
+  const auto int8 = out({.weights = weight_precision::int8});
+  const auto bf16 = out({.precision = compute_precision::bf16});
+  const std::vector<std::string> both{"l1.weight", "w2"};
+  // every weight named: the float32 graph, bit for bit
+  CHECK(test::same_bits(out({.weights = weight_precision::int8, .float_weights = both}), f32));
+  CHECK(test::same_bits(out({.precision = compute_precision::bf16, .float_weights = both}), f32));
+  // one named: neither the float32 graph nor the all-int8 (all-bf16) one
+  const auto int8_w2 = out({.weights = weight_precision::int8, .float_weights = {"w2"}});
+  CHECK_FALSE(test::same_bits(int8_w2, f32));
+  CHECK_FALSE(test::same_bits(int8_w2, int8));
+  const auto bf16_w2 = out({.precision = compute_precision::bf16, .float_weights = {"w2"}});
+  CHECK_FALSE(test::same_bits(bf16_w2, f32));
+  CHECK_FALSE(test::same_bits(bf16_w2, bf16));
+  // names that are not weights of a product: refused
+  CHECK_THROWS_WITH(out({.weights = weight_precision::int8, .float_weights = {"l1.bias"}}), Catch::Contains("\"l1.bias\""));
+  CHECK_THROWS_AS(out({.float_weights = {"no.such.weight"}}), value_error);
+}

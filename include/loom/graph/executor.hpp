@@ -76,6 +76,11 @@ struct exec_options {
   /// parameters in place are not seen until then. forward() throws value_error, naming the
   /// parameter, for a weight with a NaN or an infinity. docs/precision.md.
   weight_precision weights = weight_precision::f32;
+  /// Names of parameters whose products x · Wᵀ stay float32 whatever `precision` and `weights`
+  /// say (the per-node override): an lm head or a first layer kept exact, say. Each must be a
+  /// parameter of the graph that some such product reads as its weight (value_error otherwise).
+  /// Products without a parameter weight (attention's) follow `precision`.
+  std::vector<std::string> float_weights = {};
 
   static bool fuse_by_default();
 };
