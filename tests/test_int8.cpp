@@ -17,13 +17,12 @@
 
 #include "../ops/int8_gemm.hpp"
 #include "loom/loom.hpp"
-#include "loom/nn/decoder.hpp"
 #include "loom/nn/beam_search.hpp"
 #include "loom/nn/generate.hpp"
 #include "loom/nn/kv_cache.hpp"
 #include "loom/nn/transformer.hpp"
 #include "test_support.hpp"
-#include "translation_batch.hpp"
+#include "precision_cases.hpp"
 
 using namespace loom;
 using i64 = std::int64_t;
@@ -64,7 +63,29 @@ std::vector<float> product(i64 m, const std::vector<float>& x, i64 ldx, const op
   return y;
 }
 
-using test::translation_batch;
+
+// The executor tests' graph: x [B, 40] → relu(nn::linear "l1", 24 outputs: a fused linear) →
+// · W2ᵀ ("w2" [24, 24], no bias: matmul<false, true>), so both kinds of weight product; its
+// parameters (seeded) and an input of 6 rows.
+constexpr long in_dim = 40, out_dim = 24;
+auto two_products() {
+  auto x = input<"x", shape<dyn<"B">, fix<in_dim>>>();
+  auto w2 = param<"w2", shape<fix<out_dim>, fix<out_dim>>>();
+  return make_graph(matmul<false, true>(relu(nn::linear<"l1", out_dim>(x)), w2));
+}
+param_store<float> two_products_params() {
+  auto p = two_products().make_params<float>(4);
+  test::randomize(p, 5);
+  return p;
+}
+const tensor<float> two_products_x = test::random_tensor<float>({6, in_dim}, 6);
+
+// An executor's output 0 after forward() on two_products_x.
+std::vector<float> forward_output(executor<float>& ex) {
+  ex.forward({{"x", two_products_x}});
+  const auto y = ex.output();
+  return std::vector<float>(y.data, y.data + y.dims.size());
+}
 
 }  // namespace
 
@@ -204,128 +225,84 @@ TEST_CASE("int8: the largest products over many columns do not overflow") {
 }
 
 TEST_CASE("int8: an executor with weights = int8 reads the fused linear's and x · Wᵀ's weights in int8") {
-  constexpr long In = 40, Out = 24;
-  auto x = input<"x", shape<dyn<"B">, fix<In>>>();
-  auto h = nn::linear<"l1", Out>(x);                                                // fused: x W1ᵀ + b1
-  auto w2 = param<"w2", shape<fix<Out>, fix<Out>>>();
-  auto g = make_graph(matmul<false, true>(relu(h), w2));                            // x · W2ᵀ, no bias
-  auto params = g.make_params<float>(4);
-  test::randomize(params, 5);
-  const auto xs = test::random_tensor<float>({6, In}, 6);
+  auto g = two_products();
+  auto params = two_products_params();
+  const exec_options int8{.inference = true, .weights = weight_precision::int8};
 
   // the reference: the two products through int8_gemm directly, with the bias and relu between
   auto expected = [&](const param_store<float>& p) {
-    const auto q1 = ops::quantize_rows(p.value("l1.weight").data(), Out, In, "l1.weight");
-    const auto q2 = ops::quantize_rows(p.value("w2").data(), Out, Out, "w2");
-    std::vector<float> xv(xs.data(), xs.data() + xs.size());
-    auto y1 = product(6, xv, In, q1, Out);
+    const auto q1 = ops::quantize_rows(p.value("l1.weight").data(), out_dim, in_dim, "l1.weight");
+    const auto q2 = ops::quantize_rows(p.value("w2").data(), out_dim, out_dim, "w2");
+    const std::vector<float> xv(two_products_x.data(), two_products_x.data() + two_products_x.size());
+    auto y1 = product(6, xv, in_dim, q1, out_dim);
     const float* b = p.value("l1.bias").data();
-    for (i64 i = 0; i < 6; ++i)
-      for (i64 j = 0; j < Out; ++j) y1[static_cast<std::size_t>(i * Out + j)] = std::max(y1[static_cast<std::size_t>(i * Out + j)] + b[j], 0.f);
-    return product(6, y1, Out, q2, Out);
-  };
-  auto run = [&](param_store<float>& p, int threads) {
-    auto ex = g.executor<float>(p, {.threads = threads, .inference = true, .weights = weight_precision::int8});
-    ex.forward({{"x", xs}});
-    auto y = ex.output();
-    return std::vector<float>(y.data, y.data + y.dims.size());
+    for (i64 e = 0; e < 6 * out_dim; ++e) y1[static_cast<std::size_t>(e)] = std::max(y1[static_cast<std::size_t>(e)] + b[e % out_dim], 0.f);
+    return product(6, y1, out_dim, q2, out_dim);
   };
   const auto want = expected(params);
   for (int threads : {1, 2, 4}) {
-    const auto got = run(params, threads);
-    REQUIRE(got.size() == want.size());
-    for (std::size_t e = 0; e < got.size(); ++e) REQUIRE(same(got[e], want[e]));
+    exec_options o = int8;
+    o.threads = threads;
+    auto ex = g.executor<float>(params, o);
+    REQUIRE(test::same_bits(forward_output(ex), want));
   }
   // and it is not the float graph: the float executor differs somewhere, by less than 5%
   auto fl = g.executor<float>(params, {.inference = true});
-  fl.forward({{"x", xs}});
+  const auto f32 = forward_output(fl);
   double diff = 0, scale = 0;
   for (std::size_t e = 0; e < want.size(); ++e) {
-    diff = std::max(diff, double(std::fabs(fl.output().data[e] - want[e])));
-    scale = std::max(scale, double(std::fabs(fl.output().data[e])));
+    diff = std::max(diff, double(std::fabs(f32[e] - want[e])));
+    scale = std::max(scale, double(std::fabs(f32[e])));
   }
   CHECK(diff > 0);
   CHECK(diff < 0.05 * scale);
 
   SECTION("new values: written in place, quantized again after requantize(); a new layout, by itself") {
-    auto ex = g.executor<float>(params, {.inference = true, .weights = weight_precision::int8});
-    ex.forward({{"x", xs}});
-    const auto before = expected(params);
-    params.set("w2", test::random_tensor<float>({Out, Out}, 9));  // the same shape: written in place
-    ex.forward({{"x", xs}});
-    for (std::size_t e = 0; e < before.size(); ++e) REQUIRE(same(ex.output().data[e], before[e]));  // as documented
+    auto ex = g.executor<float>(params, int8);
+    const auto before = forward_output(ex);
+    params.set("w2", test::random_tensor<float>({out_dim, out_dim}, 9));  // the same shape: written in place
+    CHECK(test::same_bits(forward_output(ex), before));  // as documented
     ex.requantize();
-    ex.forward({{"x", xs}});
     const auto now = expected(params);
-    for (std::size_t e = 0; e < now.size(); ++e) REQUIRE(same(ex.output().data[e], now[e]));
+    CHECK(test::same_bits(forward_output(ex), now));
     param_store<float> other = params;  // a whole store assigned: a layout change
     other.value("l1.weight").data()[0] = 3.f;
     params = other;
-    ex.forward({{"x", xs}});
     const auto after = expected(params);
-    for (std::size_t e = 0; e < after.size(); ++e) REQUIRE(same(ex.output().data[e], after[e]));
-    CHECK_FALSE(same(after[0], now[0]));
+    CHECK(test::same_bits(forward_output(ex), after));
+    CHECK_FALSE(test::same_bits(after, now));
   }
   SECTION("errors: training, double, a weight that is not finite") {
     CHECK_THROWS_WITH(g.executor<float>(params, {.weights = weight_precision::int8}), Catch::Contains("inference"));
     auto p64 = g.make_params<double>(4);
-    CHECK_THROWS_AS(g.executor<double>(p64, {.inference = true, .weights = weight_precision::int8}), value_error);
+    CHECK_THROWS_AS(g.executor<double>(p64, int8), value_error);
     params.value("w2").data()[3] = std::numeric_limits<float>::quiet_NaN();
-    auto ex = g.executor<float>(params, {.inference = true, .weights = weight_precision::int8});
-    CHECK_THROWS_WITH(ex.forward({{"x", xs}}), Catch::Contains("\"w2\"") && Catch::Contains("finite"));
+    auto ex = g.executor<float>(params, int8);
+    CHECK_THROWS_WITH(forward_output(ex), Catch::Contains("\"w2\"") && Catch::Contains("finite"));
     params.value("w2").data()[3] = 0.25f;  // in place: the executor quantized nothing yet, so it sees it
-    ex.forward({{"x", xs}});
-    CHECK(std::isfinite(ex.output().data[0]));
+    CHECK(std::isfinite(forward_output(ex)[0]));
   }
 }
 
 TEST_CASE("int8: precision_report of the quantized graphs against double, with explicit bounds") {
   // int8 weights keep 8 bits of each row (a step of 1/127 of its largest magnitude). Measured at
-  // these initialisations (relative to each output's largest magnitude): attention 6.6e-3, the
-  // translation loss 6.2e-4, the decoder's logits 1.5e-2; the bounds leave 2-5× of headroom
-  SECTION("multi-head self-attention") {
-    constexpr long D = 32;
-    auto x = input<"x", shape<dyn<"B">, dyn<"T">, fix<D>>>();
-    auto g = make_graph(nn::self_attention<"a", 4>(x, nn::causal));
-    auto p = g.make_params<double>(3);
-    test::randomize(p, 4);
-    const auto xs = test::random_tensor<double>({2, 20, D}, 5);
-    const auto f32 = precision_report(g, p, {{"x", xs}}, {.gradients = false});
-    const auto q = precision_report(g, p, {{"x", xs}}, {.gradients = false, .weights = weight_precision::int8});
-    INFO(q.str());
-    CHECK(q.at("output 0").relative <= 2e-2);
-    CHECK(q.at("output 0").relative > 10 * f32.at("output 0").relative);  // the int8 path ran
-  }
-  SECTION("the translation model's loss") {
-    constexpr auto cfg = translation::config<>;
-    auto g = make_graph(nn::seq2seq<cfg, nn::eval_mode>::loss<translation::pad>());
-    auto p = g.make_params<double>(1);
-    const auto b = translation_batch();
-    const auto q = precision_report(g, p, {{"src", b.src}, {"src_len", b.src_len}, {"tgt", b.tgt}, {"target", b.target}},
-                                    {.gradients = false, .weights = weight_precision::int8});
-    INFO(q.str());
-    CHECK(q.at("output 0").relative <= 3e-3);
-    CHECK(q.at("output 0").relative > 0);
-  }
-  SECTION("a Llama-style decoder's logits") {
-    constexpr nn::decoder_config c{.family = nn::decoder_family::llama, .d_model = 64, .heads = 4, .kv_heads = 2,
-                                   .ffn = 96, .layers = 2, .vocab = 29, .eps = 1e-5};
-    auto g = make_graph(nn::decoder_lm<c, nn::train_mode>::logits());
-    auto p = g.make_params<double>(2);
-    tensor<std::int32_t> tokens({2, 12});
-    for (std::int64_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<std::int32_t>((i * 7 + 3) % 29);
-    const auto q = precision_report(g, p, {{"tokens", tokens}}, {.gradients = false, .weights = weight_precision::int8});
-    INFO(q.str());
-    CHECK(q.at("output 0").relative <= 3e-2);
-    CHECK(q.at("output 0").relative > 0);
-  }
-  SECTION("gradients are refused") {
-    auto x = input<"x", shape<fix<2>, fix<3>>>();
-    auto g = make_graph(nn::linear<"l", 2>(x));
-    auto p = g.make_params<double>(1);
-    CHECK_THROWS_WITH(precision_report(g, p, {{"x", tensor<double>({2, 3})}}, {.weights = weight_precision::int8}),
-                      Catch::Contains("gradients = false"));
-  }
+  // these initialisations (relative to each output's largest magnitude): attention 6.4e-3, the
+  // translation model's loss 6.2e-4, the Llama-style decoder's loss 2.4e-5; the bounds leave
+  // 3-5× of headroom
+  const precision_options int8{.gradients = false, .weights = weight_precision::int8};
+  const auto attention = test::attention_report(int8);
+  INFO(attention.str());
+  CHECK(attention.at("output 0").relative <= 2e-2);
+  CHECK(attention.at("output 0").relative > 10 * test::attention_report({.gradients = false}).at("output 0").relative);
+  const auto translation = test::translation_report(int8);
+  INFO(translation.str());
+  CHECK(translation.at("output 0").relative <= 3e-3);
+  const auto llama = test::llama_report(int8);
+  INFO(llama.str());
+  CHECK(llama.at("output 0").relative <= 1e-4);
+  CHECK(llama.at("output 0").relative > 10 * test::llama_report({.gradients = false}).at("output 0").relative);
+  // gradients are refused: int8 executors are inference-only
+  CHECK_THROWS_WITH(test::attention_report({.weights = weight_precision::int8}), Catch::Contains("gradients = false"));
 }
 
 TEST_CASE("int8: nn::generate and nn::beam_search take the int8 step unchanged, and the first token agrees with float") {
@@ -358,18 +335,12 @@ TEST_CASE("int8: nn::generate and nn::beam_search take the int8 step unchanged, 
 }
 
 TEST_CASE("int8 and bf16: exec_options::float_weights keeps the named weights' products in float32") {
-  constexpr long In = 40, Out = 24;
-  auto x = input<"x", shape<dyn<"B">, fix<In>>>();
-  auto w2 = param<"w2", shape<fix<Out>, fix<Out>>>();
-  auto g = make_graph(matmul<false, true>(relu(nn::linear<"l1", Out>(x)), w2));
-  auto params = g.make_params<float>(4);
-  test::randomize(params, 5);
-  const auto xs = test::random_tensor<float>({6, In}, 6);
+  auto g = two_products();
+  auto params = two_products_params();
   auto out = [&](exec_options o) {
     o.inference = true;
     auto ex = g.executor<float>(params, o);
-    ex.forward({{"x", xs}});
-    return std::vector<float>(ex.output().data, ex.output().data + ex.output().dims.size());
+    return forward_output(ex);
   };
   const auto f32 = out({});
   const auto int8 = out({.weights = weight_precision::int8});
