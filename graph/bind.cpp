@@ -226,8 +226,8 @@ void appends_in_place(const plan_view& plan, std::span<const int> may_append, co
 
 template <class T>
 void executor<T>::impl::bind(std::span<const feed> given) {
-  // new data, same shapes: only input addresses change (unless int8 weights are to be made)
-  if (same_binding(given) && (opts.weights != weight_precision::int8 || int8_ready)) {
+  const bool quantize = opts.weights == weight_precision::int8 && int8_layout != params->layout_version();
+  if (same_binding(given) && !quantize) {  // new data, same shapes: only input addresses change
     feeds.assign(given.begin(), given.end());
     place_buffers();
     return;
@@ -245,8 +245,7 @@ void executor<T>::impl::bind(std::span<const feed> given) {
   run_op_checks<T>(plan, kernels, w.dims, w.dattr, w.edge_dims, w.no_data);           // 4
   strided_feeds(plan, fed, w.dims, w.stride, w.copy);                                 // 5
   appends_in_place(plan, may_append, fed, w.dims, w.grows);                           // 6
-  if (opts.weights == weight_precision::int8 && (!int8_ready || int8_layout != params->layout_version()))
-    quantize_weights();  // the int8 weights, for this plan and these parameters (all or nothing)
+  if (quantize) quantize_weights();  // the int8 weights, for this plan and these parameters (all or nothing)
   // 7. commit: nothing above changed any state
   w.feed_at.assign(static_cast<std::size_t>(n), -1);
   for (int i = 0; i < n; ++i)

@@ -48,7 +48,7 @@ void executor<T>::impl::adopt_plan() {
   plan = rewritten->view;
   n = plan.size();
   param_version = 0;  // the parameters' nodes are found again in the new plan
-  int8_ready = false;  // and the int8 weights quantized for its nodes
+  int8_layout = 0;  // and the int8 weights quantized for its nodes
   leaf.assign(n, 0);
   needs_grad.assign(n, 0);
   kernels.assign(n, {});
@@ -274,7 +274,7 @@ void executor<T>::on_gradient_final(std::function<void(int node)> callback) {
 template <class T>
 void executor<T>::requantize() {
   busy_guard busy(p_->in_use, "requantize()");
-  p_->int8_ready = false;  // the next forward() binds in full and quantizes
+  p_->int8_layout = 0;  // no store has layout 0: the next forward() binds in full and quantizes
 }
 
 template <class T>

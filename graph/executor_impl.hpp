@@ -120,9 +120,9 @@ struct executor<T>::impl {
   std::vector<std::uint8_t> appended;     // per node: its value grows its input 0's feed in place
   bind_scratch scratch;                   // bind()'s working vectors, kept for their capacity
 
-  // ---- exec_options::weights = int8 (int8_weights.cpp), quantized at a full bind when not ready
-  bool int8_ready = false;
-  std::uint64_t int8_layout = 0;              // the store's layout_version() they were made at
+  // ---- exec_options::weights = int8 (int8_weights.cpp), quantized at a bind when the store's
+  // layout is not the one they were made at (0: not made for this plan, or requantize())
+  std::uint64_t int8_layout = 0;
   std::vector<loom::int8_matrix> int8_matrices;  // per node: a parameter's quantized form, or empty
   std::vector<int8_weights> int8_view;        // per node: the same as the kernels read it
   std::vector<const int8_weights*> int8_of;   // per node: the weight its kernel reads, or null
