@@ -555,51 +555,31 @@ json_line read_bandwidth(const settings& s, std::int64_t bytes) {
 /// The weight GEMVs of one decoding step of the decode case: x · Wᵀ for every weight matrix of
 /// its model (all its rank-2 parameters but the embedding table, which a step reads one row
 /// of), one row each, through ops::gemm as the fused linear calls it for one row: what the step
-/// spends reading its weights, against read_bw_decode.
-json_line decode_gemv(const settings& s) {
+/// spends reading its weights, against read_bw_decode. With int8, the same matrices quantized,
+/// through ops::int8_gemm as an int8 executor's products call it.
+json_line decode_gemv(const settings& s, bool int8 = false) {
   const auto params = decode_params();
   struct product {
     const tensor<float>* w;  // [out, in]
+    ops::int8_matrix q;      // w quantized (int8: the products of exec_options::weights = int8)
     tensor<float> x, y;      // [1, in], [1, out]
   };
   std::vector<product> products;
-  double bytes = 0;
+  double bytes = 0;  // what the products read: float weights, or int8 ones (padded) and their scales
   std::uint64_t seed = 60;
   for (const auto& [name, e] : params) {
     if (e.value.rank() != 2 || name == "embed.weight") continue;
-    products.push_back({&e.value, random_tensor({1, e.value.dim(1)}, seed++), tensor<float>(dims_t{1, e.value.dim(0)})});
-    bytes += static_cast<double>(e.value.size()) * sizeof(float);
+    auto& p = products.emplace_back(&e.value, ops::int8_matrix{}, random_tensor({1, e.value.dim(1)}, seed++),
+                                    tensor<float>(dims_t{1, e.value.dim(0)}));
+    if (int8) p.q = ops::quantize_rows(e.value.data(), e.value.dim(0), e.value.dim(1), name.c_str());
+    bytes += int8 ? static_cast<double>(p.q.q.size() + sizeof(float) * p.q.scale.size())
+                  : static_cast<double>(e.value.size()) * sizeof(float);
   }
   auto j = time_calls(s, [&] {
     for (auto& p : products) {
       const std::int64_t out = p.w->dim(0), in = p.w->dim(1);
-      ops::gemm<float>(false, true, 1, out, in, 1.0f, p.x.data(), in, p.w->data(), in, 0.0f, p.y.data(), out);
-    }
-  }).json();
-  return j.num("bytes", bytes).num("gemvs", static_cast<double>(products.size()));
-}
-
-/// decode_gemv with the weights quantized to int8 per output channel (exec_options::weights =
-/// int8's products): the same matrices, a quarter of the bytes.
-json_line decode_gemv_int8(const settings& s) {
-  const auto params = decode_params();
-  struct product {
-    ops::int8_matrix w;
-    tensor<float> x, y;
-  };
-  std::vector<product> products;
-  double bytes = 0;
-  std::uint64_t seed = 60;
-  for (const auto& [name, e] : params) {
-    if (e.value.rank() != 2 || name == "embed.weight") continue;
-    products.push_back({ops::quantize_rows(e.value.data(), e.value.dim(0), e.value.dim(1), name.c_str()),
-                        random_tensor({1, e.value.dim(1)}, seed++), tensor<float>(dims_t{1, e.value.dim(0)})});
-    bytes += static_cast<double>(e.value.size()) + 4.0 * static_cast<double>(e.value.dim(0));
-  }
-  auto j = time_calls(s, [&] {
-    for (auto& p : products) {
-      const auto w = p.w.view();
-      ops::int8_gemm(1, p.x.data(), w.cols, w, p.y.data(), w.rows);
+      if (int8) ops::int8_gemm(1, p.x.data(), in, p.q.view(), p.y.data(), out);
+      else ops::gemm<float>(false, true, 1, out, in, 1.0f, p.x.data(), in, p.w->data(), in, 0.0f, p.y.data(), out);
     }
   }).json();
   return j.num("bytes", bytes).num("gemvs", static_cast<double>(products.size()));
@@ -642,8 +622,8 @@ std::vector<bench_case> cases() {
   r.push_back({"fma_peak", fma_peak});
   r.push_back({"read_bw_memory", [](const settings& s) { return read_bandwidth(s, std::int64_t{512} << 20); }});
   r.push_back({"read_bw_decode", [](const settings& s) { return read_bandwidth(s, decode_weight_bytes()); }});
-  r.push_back({"decode_gemv", decode_gemv});
-  r.push_back({"decode_gemv_int8", decode_gemv_int8});
+  r.push_back({"decode_gemv", [](const settings& s) { return decode_gemv(s); }});
+  r.push_back({"decode_gemv_int8", [](const settings& s) { return decode_gemv(s, true); }});
   // the same steps with matmul and the linear layers in bf16 (exec_options::precision): loom only
   r.push_back({"tiny_train_bf16", [](const settings& s) { return train_step<tiny_cfg>(s, 32, 16, compute_precision::bf16); }});
   r.push_back({"small_train_bf16",

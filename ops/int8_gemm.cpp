@@ -31,8 +31,8 @@
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
 #define LOOM_INT8_AVX512 1
-// GCC 12's shuffle intrinsics pass an "undefined" vector as their unused merge source, which
-// -Wmaybe-uninitialized reports once they are inlined (a false positive)
+// GCC 12's widening and 256-bit extract intrinsics pass an "undefined" vector as their unused
+// merge source, which -Wmaybe-uninitialized reports once they are inlined (a false positive)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
 
@@ -102,11 +102,10 @@ void channels_portable(i64 i0, i64 i1, const float* x, i64 ldx, const quantized_
 
 #ifdef LOOM_INT8_AVX512
 
-#define LOOM_INT8_TARGET gnu::target("avx512f,avx512bw")
 #define LOOM_INT8_VNNI_TARGET gnu::target("avx512f,avx512bw,avx512dq,avx512vnni")
 
-[[LOOM_INT8_TARGET]] void quantize_row_vnni(const float* x, i64 cols, std::int16_t* q, float& sx,
-                                              std::uint8_t& finite) {
+[[LOOM_INT8_VNNI_TARGET]] void quantize_row_vnni(const float* x, i64 cols, std::int16_t* q, float& sx,
+                                                   std::uint8_t& finite) {
   const __m512 zero = _mm512_setzero_ps();
   __m512 largest = zero, probe = zero;  // probe: Σ x · 0, a NaN when some x is not finite
   for (i64 k = 0; k < cols; k += 16) {
@@ -115,9 +114,18 @@ void channels_portable(i64 i0, i64 i1, const float* x, i64 ldx, const quantized_
     largest = _mm512_max_ps(largest, _mm512_abs_ps(v));
     probe = _mm512_add_ps(probe, _mm512_mul_ps(v, zero));
   }
-  if (std::isnan(_mm512_reduce_add_ps(probe))) return;
+  // the lanes reduced here (GCC 12's _mm512_reduce_* intrinsics warn of their own undefined
+  // vectors): a maximum and a NaN test, exact in any order
+  alignas(64) float lanes_largest[16], lanes_probe[16];
+  _mm512_store_ps(lanes_largest, largest);
+  _mm512_store_ps(lanes_probe, probe);
+  float row_largest = 0;
+  for (int l = 0; l < 16; ++l) {
+    if (std::isnan(lanes_probe[l])) return;
+    row_largest = std::max(row_largest, lanes_largest[l]);
+  }
   finite = 1;
-  sx = _mm512_reduce_max_ps(largest) / qx_max;
+  sx = row_largest / qx_max;
   if (sx == 0) return;
   const __m512 scale = _mm512_set1_ps(sx);
   const __m512i hi = _mm512_set1_epi32(32767), lo = _mm512_set1_epi32(-32767);
@@ -225,14 +233,6 @@ void blocks_vnni(i64 m, const float* x, i64 ldx, const quantized_rows& xq, const
 
 #endif
 
-bool vectorised() {
-#ifdef LOOM_INT8_AVX512
-  return has_vnni;
-#else
-  return false;
-#endif
-}
-
 // Every row of x quantized (the header's qx and sx).
 quantized_rows quantize_x(i64 m, const float* x, i64 ldx, const int8_weights& w, bool portable) {
   quantized_rows r(m, w.padded_cols);
@@ -258,7 +258,7 @@ void int8_gemm(std::int64_t m, const float* x, std::int64_t ldx, const int8_weig
   const i64 blocks = (w.rows + block_rows - 1) / block_rows, chunks = (blocks + chunk_blocks - 1) / chunk_blocks;
   // tasks of about 2^16 multiply-adds (4 µs on one Zen 4 core): a decoding step's smaller
   // products run on their thread, without a task per chunk (the bits do not depend on it)
-  const i64 grain = std::max<i64>(1, (i64{1} << 16) / std::max<i64>(1, chunk_blocks * block_rows * w.cols * m));
+  const i64 grain = grain_for(chunk_blocks * block_rows * w.cols * m, i64{1} << 16);
   for_chunks(chunks, grain, [&](i64 c0, i64 c1) {
     for (i64 c = c0; c < c1; ++c) {
       const i64 b0 = c * chunk_blocks, b1 = std::min(blocks, b0 + chunk_blocks);
@@ -280,6 +280,12 @@ void int8_gemm_portable(std::int64_t m, const float* x, std::int64_t ldx, const 
   channels_portable(0, m, x, ldx, xq, w, y, ldy, 0, w.rows);
 }
 
-bool int8_gemm_vectorised() { return vectorised(); }
+bool int8_gemm_vectorised() {
+#ifdef LOOM_INT8_AVX512
+  return has_vnni;
+#else
+  return false;
+#endif
+}
 
 }  // namespace loom::ops
