@@ -219,20 +219,22 @@ auto x_input() {
 }
 
 template <long D, int H>
-json_line mha_forward(const settings& s, std::int64_t b, std::int64_t t) {
+json_line mha_forward(const settings& s, std::int64_t b, std::int64_t t,
+                      compute_precision precision = compute_precision::f32) {
   auto g = make_graph(nn::self_attention<"attn", H>(x_input<D>()));  // [B, T, d]
   auto params = g.template make_params<float>(42);
-  auto run = g.template executor<float>(params, {.threads = s.threads, .inference = true});
+  auto run = g.template executor<float>(params, {.threads = s.threads, .inference = true, .precision = precision});
   const auto x = random_tensor({b, t, D}, 7);
   auto j = time_calls(s, [&] { run.forward({{"x", x}}); }).json();
   return j.num("flop", mha_flop(static_cast<double>(b), static_cast<double>(t), D));
 }
 
 template <long D, int H>
-json_line mha_forward_backward(const settings& s, std::int64_t b, std::int64_t t) {
+json_line mha_forward_backward(const settings& s, std::int64_t b, std::int64_t t,
+                               compute_precision precision = compute_precision::f32) {
   auto g = make_graph(sum(nn::self_attention<"attn", H>(x_input<D>())));  // backward of sum(out)
   auto params = g.template make_params<float>(42);
-  auto run = g.template executor<float>(params, {.threads = s.threads});
+  auto run = g.template executor<float>(params, {.threads = s.threads, .precision = precision});
   const auto x = random_tensor({b, t, D}, 7);
   const auto timed = time_calls(s, [&] {
     run.forward({{"x", x}});
@@ -626,6 +628,10 @@ std::vector<bench_case> cases() {
   r.push_back({"decode_gemv_int8", [](const settings& s) { return decode_gemv(s, true); }});
   // the same steps with matmul and the linear layers in bf16 (exec_options::precision): loom only
   r.push_back({"tiny_train_bf16", [](const settings& s) { return train_step<tiny_cfg>(s, 32, 16, compute_precision::bf16); }});
+  r.push_back({"mha_fwd_b1_t1024_d512_h8_bf16",
+               [](const settings& s) { return mha_forward<512, 8>(s, 1, 1024, compute_precision::bf16); }});
+  r.push_back({"mha_fwdbwd_b1_t1024_d512_h8_bf16",
+               [](const settings& s) { return mha_forward_backward<512, 8>(s, 1, 1024, compute_precision::bf16); }});
   r.push_back({"small_train_bf16",
                [](const settings& s) { return train_step<small_cfg>(s, 16, 64, compute_precision::bf16); }});
   return r;

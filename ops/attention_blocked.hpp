@@ -34,7 +34,7 @@ LOOM_VECTOR_CLONES void forward_rows(const problem<T>& pr, T* out, T* lse, std::
     // the exponentials and their sum run without a scalar tail
     const std::int64_t ws = (w + lanes - 1) / lanes * lanes;
     gemm<T>(false, true, rows, w, pr.d, static_cast<T>(pr.p->scale), pr.q.at(n, r0), pr.q.ld, pr.k.at(n, j0), pr.k.ld,
-            T(0), s, ws);
+            T(0), s, ws, pr.bf16);
     for (std::int64_t ri = 0; ri < rows; ++ri) {
       T* row = s + ri * ws;
       pr.masks.apply(n, r0 + ri, j0, j1, row);
@@ -61,7 +61,7 @@ LOOM_VECTOR_CLONES void forward_rows(const problem<T>& pr, T* out, T* lse, std::
       m[ri] = m_new;
       if (pr.drop) pr.apply_dropout(n, r0 + ri, j0, w, row);  // the normaliser l keeps every key
     }
-    gemm<T>(false, false, rows, dv, w, T(1), s, ws, pr.v.at(n, j0), pr.v.ld, T(1), acc, dv);
+    gemm<T>(false, false, rows, dv, w, T(1), s, ws, pr.v.at(n, j0), pr.v.ld, T(1), acc, dv, pr.bf16);
   }
   for (std::int64_t ri = 0; ri < rows; ++ri) {
     T* o = out + (pr.o.at(n, r0 + ri) - pr.o.base);
@@ -89,7 +89,7 @@ LOOM_VECTOR_CLONES void backward_entry(const problem<T>& pr, const operand<const
     const auto [klo, khi] = pr.key_span(n, r0, r1);
     for (std::int64_t j0 = klo; j0 < khi; j0 += key_block) {
       const std::int64_t j1 = std::min(khi, j0 + key_block), w = j1 - j0;
-      gemm<T>(false, true, rows, w, pr.d, c, pr.q.at(n, r0), pr.q.ld, pr.k.at(n, j0), pr.k.ld, T(0), p, w);
+      gemm<T>(false, true, rows, w, pr.d, c, pr.q.at(n, r0), pr.q.ld, pr.k.at(n, j0), pr.k.ld, T(0), p, w, pr.bf16);
       for (std::int64_t ri = 0; ri < rows; ++ri) {
         T* row = p + ri * w;
         pr.masks.apply(n, r0 + ri, j0, j1, row);
@@ -105,9 +105,9 @@ LOOM_VECTOR_CLONES void backward_entry(const problem<T>& pr, const operand<const
         used = pd;
       }
       if (dvv.base)  // dv += (weights used)ᵀ do
-        gemm<T>(true, false, w, pr.dv, rows, T(1), used, w, dout.at(n, r0), dout.ld, T(1), dvv.at(n, j0), dvv.ld);
+        gemm<T>(true, false, w, pr.dv, rows, T(1), used, w, dout.at(n, r0), dout.ld, T(1), dvv.at(n, j0), dvv.ld, pr.bf16);
       if (!dq.base && !dk.base && !any_dmask) continue;
-      gemm<T>(false, true, rows, w, pr.dv, T(1), dout.at(n, r0), dout.ld, pr.v.at(n, j0), pr.v.ld, T(0), dp, w);
+      gemm<T>(false, true, rows, w, pr.dv, T(1), dout.at(n, r0), dout.ld, pr.v.at(n, j0), pr.v.ld, T(0), dp, w, pr.bf16);
       if (pr.drop)  // the gradient of the weights before dropout
         for (std::int64_t ri = 0; ri < rows; ++ri) pr.apply_dropout(n, r0 + ri, j0, w, dp + ri * w);
       for (std::int64_t ri = 0; ri < rows; ++ri)  // ds = p ⊙ (dp − D)
@@ -121,8 +121,8 @@ LOOM_VECTOR_CLONES void backward_entry(const problem<T>& pr, const operand<const
           for (std::int64_t j = 0; j < w; ++j) gr[j * am.col] += dp[ri * w + j];
         }
       }
-      if (dq.base) gemm<T>(false, false, rows, pr.d, w, c, dp, w, pr.k.at(n, j0), pr.k.ld, T(1), dq.at(n, r0), dq.ld);
-      if (dk.base) gemm<T>(true, false, w, pr.d, rows, c, dp, w, pr.q.at(n, r0), pr.q.ld, T(1), dk.at(n, j0), dk.ld);
+      if (dq.base) gemm<T>(false, false, rows, pr.d, w, c, dp, w, pr.k.at(n, j0), pr.k.ld, T(1), dq.at(n, r0), dq.ld, pr.bf16);
+      if (dk.base) gemm<T>(true, false, w, pr.d, rows, c, dp, w, pr.q.at(n, r0), pr.q.ld, T(1), dk.at(n, j0), dk.ld, pr.bf16);
     }
   }
 }

@@ -125,6 +125,7 @@ struct problem {
   row_masks masks;
   std::optional<dropout_mask> drop;  // dropout on the weights, when training
   T keep_scale = 1;                   // 1 / (1 − P)
+  bool bf16 = false;                  // the blocked kernels' products in bf16 (op_args::bf16)
 
   /// Scales row i of entry n's weights over keys [j0, j0 + w) by dropout's m / (1 − P).
   void apply_dropout(std::int64_t n, std::int64_t i, std::int64_t j0, std::int64_t w, T* row) const {
@@ -132,7 +133,7 @@ struct problem {
     for (std::int64_t j = 0; j < w; ++j) row[j] = drop->keep(first + j) ? row[j] * keep_scale : T(0);
   }
 
-  explicit problem(const op_args<T>& a) : p(static_cast<const attention_params*>(a.fused)) {
+  explicit problem(const op_args<T>& a) : p(static_cast<const attention_params*>(a.fused)), bf16(a.bf16) {
     const strided_dims qv = apply_view(p->q, a.in_dims[0], a.mat_stride(0));
     nb = qv.rank - 2;
     for (int ax = 0; ax < nb; ++ax) {

@@ -20,6 +20,8 @@
 #include <cfloat>
 #include <cmath>
 #include <cstdint>
+#include <mutex>
+#include <utility>
 #include <vector>
 
 #include "vector_isa.hpp"
@@ -87,7 +89,43 @@ LOOM_VECTOR_CLONES void portable_row(const float* ar, const float* bt, i64 n, i6
   }
 }
 
+// Buffers for packed operands, kept when their products are done for the next ones (see
+// bgemm_packed_b): at most max_kept buffers and max_kept_words words.
+class buffer_pool {
+ public:
+  std::vector<u32> take() {
+    std::lock_guard lock(mutex_);
+    if (kept_.empty()) return {};
+    std::vector<u32> b = std::move(kept_.back());
+    kept_.pop_back();
+    words_ -= static_cast<i64>(b.capacity());
+    return b;
+  }
+  void give(std::vector<u32>&& b) {
+    const auto words = static_cast<i64>(b.capacity());
+    std::lock_guard lock(mutex_);
+    if (words == 0 || kept_.size() >= max_kept || words_ + words > max_kept_words) return;  // b frees its words
+    words_ += words;
+    kept_.push_back(std::move(b));
+  }
+
+ private:
+  static constexpr std::size_t max_kept = 16;
+  static constexpr i64 max_kept_words = i64{16} << 20;  // 64 MiB
+  std::mutex mutex_;
+  std::vector<std::vector<u32>> kept_;
+  i64 words_ = 0;
+};
+
+buffer_pool& pool() {
+  static buffer_pool p;
+  return p;
+}
+
 }  // namespace
+
+bgemm_packed_b::~bgemm_packed_b() { pool().give(std::move(storage_)); }
+bgemm_packed_a::~bgemm_packed_a() { pool().give(std::move(storage_)); }
 
 void from_bf16(const std::uint16_t* h, float* out, std::int64_t n) {
   for (i64 i = 0; i < n; ++i) out[i] = from_bf16(h[i]);
@@ -288,33 +326,81 @@ template <int NV>
   }
 }
 
-// A buffer of at least n words, 64-byte aligned, kept by the thread: nothing else runs on it
-// until the product is done.
+// A buffer of at least n words, 64-byte aligned.
 u32* scratch(std::vector<u32>& buffer, i64 n) {
   buffer.resize(static_cast<std::size_t>(n + 16));
   const auto at = reinterpret_cast<std::uintptr_t>(buffer.data());
   return buffer.data() + ((64 - at % 64) % 64) / sizeof(u32);
 }
 
-[[LOOM_BF16_TARGET]] void bgemm_avx512(bool trans_a, bool trans_b, i64 m, i64 n, i64 k, float alpha, const float* a,
-                                       i64 lda, const float* b, i64 ldb, float beta, float* c, i64 ldc) {
-  constexpr i64 panel_cols = 32, tile_rows_max = 8;
-  const i64 pairs = (k + 1) / 2, m_pad = (m + 31) / 32 * 32;
-  thread_local std::vector<u32> a_buffer, b_buffer;
-  u32* const ap = scratch(a_buffer, trans_a ? pairs * m_pad : m * pairs);
-  u32* const panel = scratch(b_buffer, pairs * panel_cols);
-  pack_a(trans_a, a, lda, m, k, pairs, m_pad, ap);
-  const i64 a_row = trans_a ? 1 : pairs, a_q = trans_a ? m_pad : 1;
+// Words of op(A) packed (pack_a): [M, pairs], or [pairs, m_pad] transposed.
+i64 packed_a_words(bool trans_a, i64 m, i64 pairs) { return trans_a ? pairs * ((m + 31) / 32 * 32) : m * pairs; }
+
+// Words of op(B) packed whole: its panels of 32 columns one after the other, panel p at
+// p · 32 · pairs (the last one `width` wide, 16 or 32, as pack_b makes it).
+i64 packed_b_words(i64 n, i64 pairs) { return (n + 31) / 32 * 32 * pairs; }
+
+constexpr i64 panel_cols = 32, tile_rows_max = 8;
+
+// C = alpha · Â · B̂ + beta · C from packed A (pack_a's layout) and the panels of B̂, which
+// panel_of(j0, w, width) gives for columns [j0, j0 + w) (packed then, or before).
+template <class PanelOf>
+[[LOOM_BF16_TARGET]] void products(bool trans_a, const u32* ap, i64 m, i64 n, i64 pairs, PanelOf&& panel_of,
+                                   float alpha, float beta, float* c, i64 ldc) {
+  const i64 a_row = trans_a ? 1 : pairs, a_q = trans_a ? (m + 31) / 32 * 32 : 1;
   for (i64 j0 = 0; j0 < n; j0 += panel_cols) {
     const i64 w = std::min(panel_cols, n - j0), width = (w + 15) / 16 * 16;
     const __mmask16 last = first_lanes((w - 1) % 16 + 1);
-    pack_b(trans_b, b, ldb, j0, w, k, pairs, panel, width);
+    const u32* panel = panel_of(j0, w, width);
     for (i64 i0 = 0; i0 < m; i0 += tile_rows_max) {
       const int rows = static_cast<int>(std::min(tile_rows_max, m - i0));
       if (width == 32)
         tile_rows<2>(rows, ap + i0 * a_row, a_row, a_q, panel, width, pairs, c + i0 * ldc + j0, ldc, alpha, beta, last);
       else tile_rows<1>(rows, ap + i0 * a_row, a_row, a_q, panel, width, pairs, c + i0 * ldc + j0, ldc, alpha, beta, last);
     }
+  }
+}
+
+// The packing and the products use buffers kept by the thread: nothing else runs on it until
+// the product is done.
+[[LOOM_BF16_TARGET]] void bgemm_avx512(bool trans_a, bool trans_b, i64 m, i64 n, i64 k, float alpha, const float* a,
+                                       i64 lda, const float* b, i64 ldb, float beta, float* c, i64 ldc) {
+  const i64 pairs = (k + 1) / 2;
+  thread_local std::vector<u32> a_buffer, b_buffer;
+  u32* const ap = scratch(a_buffer, packed_a_words(trans_a, m, pairs));
+  u32* const panel = scratch(b_buffer, pairs * panel_cols);
+  pack_a(trans_a, a, lda, m, k, pairs, (m + 31) / 32 * 32, ap);
+  products(trans_a, ap, m, n, pairs, [&](i64 j0, i64 w, i64 width) {
+    pack_b(trans_b, b, ldb, j0, w, k, pairs, panel, width);
+    return static_cast<const u32*>(panel);
+  }, alpha, beta, c, ldc);
+}
+
+[[LOOM_BF16_TARGET]] void products_packed_b(bool trans_a, i64 m, float alpha, const float* a, i64 lda, const u32* bp,
+                                            i64 n, i64 k, float beta, float* c, i64 ldc) {
+  const i64 pairs = (k + 1) / 2;
+  thread_local std::vector<u32> a_buffer;
+  u32* const ap = scratch(a_buffer, packed_a_words(trans_a, m, pairs));
+  pack_a(trans_a, a, lda, m, k, pairs, (m + 31) / 32 * 32, ap);
+  products(trans_a, ap, m, n, pairs, [&](i64 j0, i64, i64) { return bp + j0 * pairs; }, alpha, beta, c, ldc);
+}
+
+[[LOOM_BF16_TARGET]] void products_packed_a(bool trans_a, const u32* ap, i64 m, i64 k, bool trans_b, i64 n,
+                                            float alpha, const float* b, i64 ldb, float beta, float* c, i64 ldc) {
+  const i64 pairs = (k + 1) / 2;
+  thread_local std::vector<u32> b_buffer;
+  u32* const panel = scratch(b_buffer, pairs * panel_cols);
+  products(trans_a, ap, m, n, pairs, [&](i64 j0, i64 w, i64 width) {
+    pack_b(trans_b, b, ldb, j0, w, k, pairs, panel, width);
+    return static_cast<const u32*>(panel);
+  }, alpha, beta, c, ldc);
+}
+
+[[LOOM_BF16_TARGET]] void pack_b_whole(bool trans_b, const float* b, i64 ldb, i64 n, i64 k, u32* out) {
+  const i64 pairs = (k + 1) / 2;
+  for (i64 j0 = 0; j0 < n; j0 += panel_cols) {
+    const i64 w = std::min(panel_cols, n - j0);
+    pack_b(trans_b, b, ldb, j0, w, k, pairs, out + j0 * pairs, (w + 15) / 16 * 16);
   }
 }
 
@@ -345,6 +431,35 @@ void bgemm(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int6
   else bgemm_portable(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
+bgemm_packed_b::bgemm_packed_b(bool trans_b, std::int64_t n, std::int64_t k, const float* b, std::int64_t ldb)
+    : trans_(trans_b), n_(n), k_(k), b_(b), ldb_(ldb) {
+  if (!bgemm_takes(false, trans_b, 1, n, k)) return;
+  storage_ = pool().take();
+  words_ = scratch(storage_, packed_b_words(n, (k + 1) / 2));
+  pack_b_whole(trans_b, b, ldb, n, k, const_cast<u32*>(words_));
+}
+
+void bgemm(bool trans_a, std::int64_t m, float alpha, const float* a, std::int64_t lda, const bgemm_packed_b& b,
+           float beta, float* c, std::int64_t ldc) {
+  if (b.words_ && m >= 1) products_packed_b(trans_a, m, alpha, a, lda, b.words_, b.n_, b.k_, beta, c, ldc);
+  else bgemm(trans_a, b.trans_, m, b.n_, b.k_, alpha, a, lda, b.b_, b.ldb_, beta, c, ldc);
+}
+
+bgemm_packed_a::bgemm_packed_a(bool trans_a, std::int64_t m, std::int64_t k, const float* a, std::int64_t lda)
+    : trans_(trans_a), m_(m), k_(k), a_(a), lda_(lda) {
+  if (!bgemm_takes(trans_a, false, m, 1, k)) return;
+  const i64 pairs = (k + 1) / 2;
+  storage_ = pool().take();
+  words_ = scratch(storage_, packed_a_words(trans_a, m, pairs));
+  pack_a(trans_a, a, lda, m, k, pairs, (m + 31) / 32 * 32, const_cast<u32*>(words_));
+}
+
+void bgemm(const bgemm_packed_a& a, bool trans_b, std::int64_t n, float alpha, const float* b, std::int64_t ldb,
+           float beta, float* c, std::int64_t ldc) {
+  if (a.words_ && n >= 1) products_packed_a(a.trans_, a.words_, a.m_, a.k_, trans_b, n, alpha, b, ldb, beta, c, ldc);
+  else bgemm(a.trans_, trans_b, a.m_, n, a.k_, alpha, a.a_, a.lda_, b, ldb, beta, c, ldc);
+}
+
 #else
 
 void to_bf16(const float* x, std::uint16_t* out, std::int64_t n) {
@@ -356,6 +471,22 @@ bool bgemm_takes(bool, bool, std::int64_t, std::int64_t, std::int64_t) { return 
 void bgemm(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k, float alpha, const float* a,
            std::int64_t lda, const float* b, std::int64_t ldb, float beta, float* c, std::int64_t ldc) {
   bgemm_portable(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
+bgemm_packed_b::bgemm_packed_b(bool trans_b, std::int64_t n, std::int64_t k, const float* b, std::int64_t ldb)
+    : trans_(trans_b), n_(n), k_(k), b_(b), ldb_(ldb) {}
+
+void bgemm(bool trans_a, std::int64_t m, float alpha, const float* a, std::int64_t lda, const bgemm_packed_b& b,
+           float beta, float* c, std::int64_t ldc) {
+  bgemm_portable(trans_a, b.trans_, m, b.n_, b.k_, alpha, a, lda, b.b_, b.ldb_, beta, c, ldc);
+}
+
+bgemm_packed_a::bgemm_packed_a(bool trans_a, std::int64_t m, std::int64_t k, const float* a, std::int64_t lda)
+    : trans_(trans_a), m_(m), k_(k), a_(a), lda_(lda) {}
+
+void bgemm(const bgemm_packed_a& a, bool trans_b, std::int64_t n, float alpha, const float* b, std::int64_t ldb,
+           float beta, float* c, std::int64_t ldc) {
+  bgemm_portable(a.trans_, trans_b, a.m_, n, a.k_, alpha, a.a_, a.lda_, b, ldb, beta, c, ldc);
 }
 
 #endif

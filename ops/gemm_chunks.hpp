@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "bgemm.hpp"
 #include "blas.hpp"
 #include "loom/core/parallel.hpp"
 #include "sgemm_avx512.hpp"
@@ -62,6 +63,17 @@ void in_column_blocks(bool tx, bool ty, std::int64_t batch, std::int64_t rows, s
                       const T* x, std::int64_t ldx, std::int64_t sx, const T* y, std::int64_t ldy, std::int64_t sy,
                       T* c, T beta, bool bf16 = false) {
   const std::int64_t cols = column_block<T>(tx, ty, rows, n, k, batch);
+  if constexpr (std::is_same_v<T, float>)
+    if (bf16 && batch == 1 && cols < n && k >= 1) {  // op(X) rounded and packed once for every block
+      const bgemm_packed_a xp(tx, rows, k, x, ldx);
+      for_chunks((n + cols - 1) / cols, 1, [&](std::int64_t c0, std::int64_t c1) {
+        for (std::int64_t cb = c0; cb < c1; ++cb) {
+          const std::int64_t j0 = cb * cols;
+          bgemm(xp, ty, std::min(cols, n - j0), 1.f, columns_of_op(y, ty, ldy, j0), ldy, beta, c + j0, n);
+        }
+      });
+      return;
+    }
   for_chunks((n + cols - 1) / cols, 1, [&](std::int64_t c0, std::int64_t c1) {
     for (std::int64_t cb = c0; cb < c1; ++cb) {
       const std::int64_t j0 = cb * cols, w = std::min(cols, n - j0);
@@ -81,6 +93,17 @@ void batched_gemm(bool tx, bool ty, std::int64_t batch, std::int64_t rows, std::
   std::int64_t grain = row_grain(n, k);
   std::int64_t chunks = (rows + grain - 1) / grain;
   if (batch * chunks == 1) return in_column_blocks(tx, ty, 1, rows, n, k, x, ldx, sx, y, ldy, sy, c, beta, bf16);
+  if constexpr (std::is_same_v<T, float>)
+    if (bf16 && (batch == 1 || sy == 0) && k >= 1) {  // op(Y) rounded and packed once for every chunk
+      const bgemm_packed_b yp(ty, n, k, y, ldy);
+      for_chunks(batch * chunks, 1, [&](std::int64_t b0, std::int64_t b1) {
+        for (std::int64_t item = b0; item < b1; ++item) {
+          const std::int64_t b = item / chunks, r0 = (item % chunks) * grain, r1 = std::min(rows, r0 + grain);
+          bgemm(tx, r1 - r0, 1.f, row_of_op(x + b * sx, tx, ldx, r0), ldx, yp, beta, c + b * sc + r0 * n, n);
+        }
+      });
+      return;
+    }
   for_chunks(batch * chunks, 1, [&](std::int64_t b0, std::int64_t b1) {
     for (std::int64_t item = b0; item < b1; ++item) {
       std::int64_t b = item / chunks, r0 = (item % chunks) * grain, r1 = std::min(rows, r0 + grain);
@@ -103,6 +126,17 @@ void summed_gemm(bool tx, bool ty, std::int64_t batch, std::int64_t rows, std::i
   std::int64_t grain = row_grain(n, k * batch);
   std::int64_t chunks = (rows + grain - 1) / grain;
   if (chunks == 1) return in_column_blocks(tx, ty, batch, rows, n, k, x, ldx, sx, y, ldy, sy, c, beta, bf16);
+  if constexpr (std::is_same_v<T, float>)
+    if (bf16 && batch == 1 && k >= 1) {  // op(Y) rounded and packed once for every chunk
+      const bgemm_packed_b yp(ty, n, k, y, ldy);
+      for_chunks(chunks, 1, [&](std::int64_t c0, std::int64_t c1) {
+        for (std::int64_t ch = c0; ch < c1; ++ch) {
+          const std::int64_t r0 = ch * grain, r1 = std::min(rows, r0 + grain);
+          bgemm(tx, r1 - r0, 1.f, row_of_op(x, tx, ldx, r0), ldx, yp, beta, c + r0 * n, n);
+        }
+      });
+      return;
+    }
   for_chunks(chunks, 1, [&](std::int64_t c0, std::int64_t c1) {
     for (std::int64_t ch = c0; ch < c1; ++ch) {
       std::int64_t r0 = ch * grain, r1 = std::min(rows, r0 + grain);

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <type_traits>
 
+#include "bgemm.hpp"
 #include "fused_linear.hpp"
 #include "gemm_chunks.hpp"
 #include "int8_gemm.hpp"
@@ -152,7 +153,20 @@ void linear_kernels::forward(const op_args<T>& a) {
       return;
     }
   }
-  // bf16: the product in bf16, then the epilogue's pass (the fused tiles are float's kernel)
+  if constexpr (std::is_same_v<T, float>) {
+    if (a.bf16 && k >= 1) {  // w rounded to bf16 and packed once for every row chunk; the product,
+      const bgemm_packed_b wp(true, n, k, w, k);  // then the epilogue's pass (the fused tiles are float's)
+      for_chunks(chunks, 1, [&](std::int64_t c0, std::int64_t c1) {
+        for (std::int64_t ch = c0; ch < c1; ++ch) {
+          const std::int64_t r0 = ch * grain, r1 = std::min(rows, r0 + grain);
+          bgemm(false, r1 - r0, 1.f, x + r0 * k, k, wp, 0.f, y + r0 * n, n);
+          epilogue(act, y, z_saved, b, res, r0, r1, n);  // while the rows are in cache
+        }
+      });
+      return;
+    }
+  }
+  // bf16 with k = 0: the product in bf16 (zeros), then the epilogue's pass
   if (!a.bf16 && chunks == 1 && in_column_tiles(act, rows, n, k, x, w, b, res, y)) return;
   for_chunks(chunks, 1, [&](std::int64_t c0, std::int64_t c1) {
     for (std::int64_t ch = c0; ch < c1; ++ch) {

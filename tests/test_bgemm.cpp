@@ -354,3 +354,49 @@ TEST_CASE("every element of a bf16 product has the same bits however the rows or
       }
     }
 }
+
+TEST_CASE("bgemm with op(B) or op(A) packed once gives bgemm's bits, whole or in row chunks and column blocks") {
+  for (bool ta : {false, true})
+    for (bool tb : {false, true})
+      for (i64 m : {1, 9, 33, 70})
+        for (i64 n : {1, 16, 17, 33, 100})
+          for (i64 k : {1, 15, 64, 101})
+            for (const auto& [alpha, beta] : {std::pair{1.f, 0.f}, {-0.5f, 1.f}}) {
+              const product p{ta, tb, m, n, k, alpha, beta};
+              INFO("ta " << ta << " tb " << tb << " m " << m << " n " << n << " k " << k << " beta " << beta);
+              operands want = make(p, seed_of(p)), by_b = want, by_a = want;
+              run(p, want);
+              // op(B) packed, the rows in chunks of 8 (the last one ragged)
+              const ops::bgemm_packed_b pb(tb, n, k, by_b.b.data(), by_b.ldb);
+              CHECK((pb.n() == n && pb.k() == k));
+              for (i64 r0 = 0; r0 < m; r0 += 8) {
+                const float* a = ta ? by_b.a.data() + r0 : by_b.a.data() + r0 * by_b.lda;
+                ops::bgemm(ta, std::min<i64>(8, m - r0), alpha, a, by_b.lda, pb, beta, by_b.c.data() + r0 * by_b.ldc,
+                           by_b.ldc);
+              }
+              // op(A) packed, the columns in blocks of 32 (the last one ragged)
+              const ops::bgemm_packed_a pa(ta, m, k, by_a.a.data(), by_a.lda);
+              CHECK((pa.m() == m && pa.k() == k));
+              for (i64 j0 = 0; j0 < n; j0 += 32) {
+                const float* b = tb ? by_a.b.data() + j0 * by_a.ldb : by_a.b.data() + j0;
+                ops::bgemm(pa, tb, std::min<i64>(32, n - j0), alpha, b, by_a.ldb, beta, by_a.c.data() + j0, by_a.ldc);
+              }
+              bool b_same = true, a_same = true;
+              for (std::size_t e = 0; e < want.c.size(); ++e) {
+                b_same = b_same && same(by_b.c[e], want.c[e]);
+                a_same = a_same && same(by_a.c[e], want.c[e]);
+              }
+              CHECK(b_same);
+              CHECK(a_same);
+            }
+  // degenerate sizes: nothing packed, nothing written (M or N = 0), C = beta · C (K = 0)
+  std::vector<float> c{1.f, 2.f};
+  const float x = 3.f;
+  const ops::bgemm_packed_b none_b(false, 2, 0, &x, 2);
+  ops::bgemm(false, 1, 1.f, &x, 1, none_b, 0.5f, c.data(), 2);
+  CHECK(c == std::vector<float>{0.5f, 1.f});
+  ops::bgemm(false, 0, 1.f, &x, 1, none_b, 0.5f, c.data(), 2);
+  const ops::bgemm_packed_a none_a(false, 0, 4, &x, 4);
+  ops::bgemm(none_a, false, 2, 1.f, &x, 2, 0.f, c.data(), 2);
+  CHECK(c == std::vector<float>{0.5f, 1.f});
+}
