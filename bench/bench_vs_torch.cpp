@@ -32,8 +32,10 @@
 //                             ops::gemm as decoding calls it; loom only
 //   decode_gemv_int8          decode_gemv with those weights in int8 (the int8 products as the
 //                             executor calls them); loom only
-//   tiny_train_bf16,          tiny_train and small_train with matmul and the linear layers in
-//   small_train_bf16          bf16 (exec_options::precision = bf16, float accumulation); loom only
+//   mha_fwd_b1_t1024_d512_h8_bf16,     the largest MHA shape, tiny_train and small_train in
+//   mha_fwdbwd_b1_t1024_d512_h8_bf16,  bf16 (exec_options::precision = bf16: matmul, the linear
+//   tiny_train_bf16, small_train_bf16  layers and fused attention's products in bf16, float
+//                                      accumulation); PyTorch's side: CPU autocast to bfloat16
 //
 // Timing: warm-up (at least 3 calls and 0.3 s; --quick: 1 call and 0.05 s), then the median of
 // 7 (--quick, a smoke run: 3) repetitions of k calls each, k chosen from the median warm-up call
@@ -626,12 +628,12 @@ std::vector<bench_case> cases() {
   r.push_back({"read_bw_decode", [](const settings& s) { return read_bandwidth(s, decode_weight_bytes()); }});
   r.push_back({"decode_gemv", [](const settings& s) { return decode_gemv(s); }});
   r.push_back({"decode_gemv_int8", [](const settings& s) { return decode_gemv(s, true); }});
-  // the same steps with matmul and the linear layers in bf16 (exec_options::precision): loom only
-  r.push_back({"tiny_train_bf16", [](const settings& s) { return train_step<tiny_cfg>(s, 32, 16, compute_precision::bf16); }});
+  // in bf16 (exec_options::precision): the largest MHA shape and the training steps
   r.push_back({"mha_fwd_b1_t1024_d512_h8_bf16",
                [](const settings& s) { return mha_forward<512, 8>(s, 1, 1024, compute_precision::bf16); }});
   r.push_back({"mha_fwdbwd_b1_t1024_d512_h8_bf16",
                [](const settings& s) { return mha_forward_backward<512, 8>(s, 1, 1024, compute_precision::bf16); }});
+  r.push_back({"tiny_train_bf16", [](const settings& s) { return train_step<tiny_cfg>(s, 32, 16, compute_precision::bf16); }});
   r.push_back({"small_train_bf16",
                [](const settings& s) { return train_step<small_cfg>(s, 16, 64, compute_precision::bf16); }});
   return r;

@@ -24,7 +24,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 def ort_cases(names):
     """The cases ONNX Runtime runs: MHA forward and KV-cached decoding."""
-    return [n for n in names if re.match(r"mha_fwd_b", n) or n == "decode"]
+    return [n for n in names if re.match(r"mha_fwd_b\d+_t\d+_d\d+_h\d+$", n) or n == "decode"]
 
 
 def ort_missing(ort_dir):

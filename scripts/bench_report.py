@@ -31,8 +31,9 @@ LABELS = {"tiny_train": "train step, tiny enc–dec (d=64, h=4, 2+2, ffn 256, V=
           "read_bw_memory": "read bandwidth from memory: N threads summing shares of one 512 MiB buffer",
           "read_bw_decode": "read bandwidth over the decode case's weight bytes (N threads, shares of one buffer)",
           "decode_gemv": "the decode case's nine weight GEMVs alone (one row each, as a decoding step runs them)",
-          "tiny_train_bf16": "tiny_train with matmul and the linear layers in bf16 (float accumulation; loom only)",
-          "small_train_bf16": "small_train with matmul and the linear layers in bf16 (float accumulation; loom only)"}
+          "tiny_train_bf16": "tiny_train in bf16 (loom: exec_options::precision; PyTorch: CPU autocast to bfloat16)",
+          "small_train_bf16": "small_train in bf16 (loom: exec_options::precision; PyTorch: CPU autocast to "
+                              "bfloat16)"}
 
 
 def seconds(r):
@@ -50,10 +51,11 @@ def pct_of(r, peak):
 
 
 def label(name):
-    m = re.match(r"mha_(fwd|fwdbwd)_b(\d+)_t(\d+)_d(\d+)_h(\d+)$", name)
+    m = re.match(r"mha_(fwd|fwdbwd)_b(\d+)_t(\d+)_d(\d+)_h(\d+)(_bf16)?$", name)
     if m:
         what = "MHA forward" if m.group(1) == "fwd" else "MHA forward+backward"
-        return f"{what} (B={m.group(2)}, T={m.group(3)}, d={m.group(4)}, h={m.group(5)})"
+        return (f"{what} (B={m.group(2)}, T={m.group(3)}, d={m.group(4)}, h={m.group(5)})"
+                + (" in bf16 (loom: exec_options::precision; PyTorch: CPU autocast to bfloat16)" if m.group(6) else ""))
     return LABELS.get(name, name)
 
 
@@ -127,6 +129,9 @@ def report(results, meta):
                                      f"{fmt_time(r['total_s'])}"
                                      + ("" if r["tokens_valid"] else " **(no valid tokens!)**"))
             elif lo and "flop" in lo:
+                base = by.get(("loom", name.removesuffix("_bf16"), n)) if name.endswith("_bf16") else None
+                if base:
+                    notes.append(f"**{seconds(base) / seconds(lo):.2f}× loom float32** ({fmt_time(seconds(base))})")
                 notes.append(f"GFLOP/s {lo['flop'] / lo['median_s'] * 1e-9:.1f} vs "
                              f"{to['flop'] / to['median_s'] * 1e-9:.1f}" if to else "")
                 if peak:

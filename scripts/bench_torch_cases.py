@@ -103,17 +103,18 @@ def case_names():
         names += [mha_name("fwd", b, t, d, h), mha_name("fwdbwd", b, t, d, h)]
     return names + ["tiny_train", "small_train", "small_train_recompute", "gqa_fwd", "gqa_fwdbwd", "decode", "decode_b8",
                     "decode_t512", "decode_int8", "decode_int8_t512", "sgemm",
-                    "fma_peak", "read_bw_memory", "read_bw_decode", "decode_gemv", "decode_gemv_int8", "tiny_train_bf16",
+                    "fma_peak", "read_bw_memory", "read_bw_decode", "decode_gemv", "decode_gemv_int8",
+                    "mha_fwd_b1_t1024_d512_h8_bf16", "mha_fwdbwd_b1_t1024_d512_h8_bf16", "tiny_train_bf16",
                     "small_train_bf16"]
 
 
 # Cases PyTorch has no side of: the machine's FMA peak, which every GFLOP/s figure is read against,
 # its read bandwidth (from memory, and over the decode case's weight bytes), and the decode case's
-# weight GEMVs alone (read against the latter); and loom's training steps with bf16 products
-# (read against its float ones), and its decoding with int8 weights (read against decode and
-# decode_t512, and decode_gemv).
-LOOM_ONLY = {"fma_peak", "read_bw_memory", "read_bw_decode", "decode_gemv", "tiny_train_bf16", "small_train_bf16",
-             "decode_int8", "decode_int8_t512", "decode_gemv_int8"}
+# weight GEMVs alone (read against the latter); and loom's decoding with int8 weights (read
+# against decode and decode_t512, and decode_gemv). The bf16 cases (*_bf16: loom's
+# exec_options::precision = bf16) have PyTorch's CPU autocast to bfloat16 as their peer.
+LOOM_ONLY = {"fma_peak", "read_bw_memory", "read_bw_decode", "decode_gemv", "decode_int8", "decode_int8_t512",
+             "decode_gemv_int8"}
 
 
 def mha_flop(b, t, d):
@@ -139,6 +140,7 @@ def seq2seq_flop(c):
 
 
 def case_flop(name):
+    name = name.removesuffix("_bf16")  # the same products in bf16
     m = re.match(r"mha_(fwd|fwdbwd)_b(\d+)_t(\d+)_d(\d+)_h(\d+)$", name)
     if m:
         b, t, d = int(m.group(2)), int(m.group(3)), int(m.group(4))
@@ -215,23 +217,26 @@ def sinusoid_table(torch, length, d):
     return torch.where(j % 2 == 0, torch.sin(angle), torch.cos(angle)).float()
 
 
-def torch_mha(torch, p, fwd_only, b, t, d, h):
+def torch_mha(torch, p, fwd_only, b, t, d, h, bf16=False):
+    """bf16: under CPU autocast to bfloat16 (its products in bf16, float32 weights)."""
     torch.manual_seed(42)
     m = torch.nn.MultiheadAttention(d, h, batch_first=True)  # packed in_proj with bias, no dropout
     x = torch.rand(b, t, d) * 2 - 1
+    cast = lambda: torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16)  # noqa: E731
     if fwd_only:
         # PyTorch's best forward: eval mode under inference_mode takes MultiheadAttention's fast
         # path (torch._native_multi_head_attention); loom's side uses an inference executor
         m.eval()
-        with torch.inference_mode():
+        with torch.inference_mode(), cast():
             r = time_calls(p, lambda: m(x, x, x, need_weights=False))
         r["flop"] = mha_flop(b, t, d)
         return r
 
     def step():
         m.zero_grad(set_to_none=True)
-        out, _ = m(x, x, x, need_weights=False)
-        out.sum().backward()
+        with cast():
+            out, _ = m(x, x, x, need_weights=False)
+        out.float().sum().backward()
 
     r = time_calls(p, step)
     r["flop"] = 3 * mha_flop(b, t, d)
@@ -269,7 +274,8 @@ def torch_gqa(torch, p, backward):
     return r
 
 
-def torch_train(torch, p, c):
+def torch_train(torch, p, c, bf16=False):
+    """bf16: the forward and the loss under CPU autocast to bfloat16 (float32 master weights)."""
     nn = torch.nn
     gen = Lcg(1234)
     B, L, V = c["batch"], c["len"], c["tgt_vocab"]
@@ -307,7 +313,8 @@ def torch_train(torch, p, c):
 
     def step():
         opt.zero_grad(set_to_none=True)
-        loss = loss_fn(model(src, tgt).reshape(-1, V), target.reshape(-1))
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            loss = loss_fn(model(src, tgt).reshape(-1, V), target.reshape(-1))
         loss.backward()
         opt.step()
         losses.append(loss.item())
@@ -443,13 +450,14 @@ def run_torch_case(name, n, quick, threading):
         torch.set_num_interop_threads(1)  # before any work
     torch.set_num_threads(int(THREADING[threading]["set_threads"].format(n=n)))
     p = Protocol(quick)
-    m = re.match(r"mha_(fwd|fwdbwd)_b(\d+)_t(\d+)_d(\d+)_h(\d+)$", name)
+    m = re.match(r"mha_(fwd|fwdbwd)_b(\d+)_t(\d+)_d(\d+)_h(\d+)(_bf16)?$", name)
     if m:
-        r = torch_mha(torch, p, m.group(1) == "fwd", *(int(m.group(i)) for i in range(2, 6)))
-    elif name == "tiny_train":
-        r = torch_train(torch, p, TINY)
-    elif name in ("small_train", "small_train_recompute"):
-        r = torch_train(torch, p, SMALL)  # loom's recomputation is compared with PyTorch's plain step
+        r = torch_mha(torch, p, m.group(1) == "fwd", *(int(m.group(i)) for i in range(2, 6)), bf16=bool(m.group(6)))
+    elif name in ("tiny_train", "tiny_train_bf16"):
+        r = torch_train(torch, p, TINY, name.endswith("_bf16"))
+    elif name in ("small_train", "small_train_recompute", "small_train_bf16"):
+        # loom's recomputation is compared with PyTorch's plain step
+        r = torch_train(torch, p, SMALL, name.endswith("_bf16"))
     elif name in ("gqa_fwd", "gqa_fwdbwd"):
         r = torch_gqa(torch, p, name == "gqa_fwdbwd")
     elif name == "decode":
