@@ -24,6 +24,7 @@
 #include <utility>
 #include <vector>
 
+#include "loom/core/parallel.hpp"
 #include "vector_isa.hpp"
 
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -396,12 +397,33 @@ template <class PanelOf>
   }, alpha, beta, c, ldc);
 }
 
-[[LOOM_BF16_TARGET]] void pack_b_whole(bool trans_b, const float* b, i64 ldb, i64 n, i64 k, u32* out) {
+// Packing once for several products, in parallel: the panels (B), or blocks of rows or of pairs
+// of k (A), of about 2^16 floats each. Each word is written by one task and depends only on
+// the operand: the same words for any split.
+constexpr i64 pack_grain_floats = i64{1} << 16;
+
+void pack_b_whole(bool trans_b, const float* b, i64 ldb, i64 n, i64 k, u32* out) {
   const i64 pairs = (k + 1) / 2;
-  for (i64 j0 = 0; j0 < n; j0 += panel_cols) {
-    const i64 w = std::min(panel_cols, n - j0);
-    pack_b(trans_b, b, ldb, j0, w, k, pairs, out + j0 * pairs, (w + 15) / 16 * 16);
+  for_chunks((n + panel_cols - 1) / panel_cols, grain_for(panel_cols * k, pack_grain_floats), [&](i64 p0, i64 p1) {
+    for (i64 p = p0; p < p1; ++p) {
+      const i64 j0 = p * panel_cols, w = std::min(panel_cols, n - j0);
+      pack_b(trans_b, b, ldb, j0, w, k, pairs, out + j0 * pairs, (w + 15) / 16 * 16);
+    }
+  });
+}
+
+void pack_a_whole(bool trans_a, const float* a, i64 lda, i64 m, i64 k, u32* out) {
+  const i64 pairs = (k + 1) / 2, m_pad = (m + 31) / 32 * 32;
+  if (!trans_a) {  // rows [i0, i1): words [i0 · pairs, i1 · pairs)
+    for_chunks(m, grain_for(k, pack_grain_floats), [&](i64 i0, i64 i1) {
+      pack_a(false, a + i0 * lda, lda, i1 - i0, k, pairs, m_pad, out + i0 * pairs);
+    });
+    return;
   }
+  // pairs [q0, q1): rows 2·q0 on of a, words [q0 · m_pad, q1 · m_pad); the last block's odd k
+  for_chunks(pairs, grain_for(2 * m, pack_grain_floats), [&](i64 q0, i64 q1) {
+    pack_a(true, a + 2 * q0 * lda, lda, m, std::min(k, 2 * q1) - 2 * q0, q1 - q0, m_pad, out + q0 * m_pad);
+  });
 }
 
 const bool has_avx512 = [] {
@@ -451,7 +473,7 @@ bgemm_packed_a::bgemm_packed_a(bool trans_a, std::int64_t m, std::int64_t k, con
   const i64 pairs = (k + 1) / 2;
   storage_ = pool().take();
   words_ = scratch(storage_, packed_a_words(trans_a, m, pairs));
-  pack_a(trans_a, a, lda, m, k, pairs, (m + 31) / 32 * 32, const_cast<u32*>(words_));
+  pack_a_whole(trans_a, a, lda, m, k, const_cast<u32*>(words_));
 }
 
 void bgemm(const bgemm_packed_a& a, bool trans_b, std::int64_t n, float alpha, const float* b, std::int64_t ldb,

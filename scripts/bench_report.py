@@ -135,7 +135,8 @@ def report(results, meta):
                 notes.append(f"GFLOP/s {lo['flop'] / lo['median_s'] * 1e-9:.1f} vs "
                              f"{to['flop'] / to['median_s'] * 1e-9:.1f}" if to else "")
                 if peak:
-                    notes.append(f"% of FMA peak {pct_of(lo, peak)}" + (f" vs {pct_of(to, peak)}" if to else ""))
+                    notes.append(("% of the FP32 FMA peak (bf16's is twice it) " if name.endswith("_bf16")
+                                  else "% of FMA peak ") + pct_of(lo, peak) + (f" vs {pct_of(to, peak)}" if to else ""))
             runs_of = {}  # PyTorch setting -> its runs (one per round)
             for r in tried.get(("torch", name, n), []):
                 runs_of.setdefault(r["threading"], []).append(r)

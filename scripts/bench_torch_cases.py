@@ -218,7 +218,9 @@ def sinusoid_table(torch, length, d):
 
 
 def torch_mha(torch, p, fwd_only, b, t, d, h, bf16=False):
-    """bf16: under CPU autocast to bfloat16 (its products in bf16, float32 weights)."""
+    """bf16: forward and backward under CPU autocast to bfloat16 (its products in bf16, float32
+    weights); the forward alone with the module and input in bfloat16 (1.13's fast path below
+    refuses autocast: "expected scalar type BFloat16 but found Float")."""
     torch.manual_seed(42)
     m = torch.nn.MultiheadAttention(d, h, batch_first=True)  # packed in_proj with bias, no dropout
     x = torch.rand(b, t, d) * 2 - 1
@@ -227,7 +229,9 @@ def torch_mha(torch, p, fwd_only, b, t, d, h, bf16=False):
         # PyTorch's best forward: eval mode under inference_mode takes MultiheadAttention's fast
         # path (torch._native_multi_head_attention); loom's side uses an inference executor
         m.eval()
-        with torch.inference_mode(), cast():
+        if bf16:
+            m, x = m.to(torch.bfloat16), x.to(torch.bfloat16)
+        with torch.inference_mode():
             r = time_calls(p, lambda: m(x, x, x, need_weights=False))
         r["flop"] = mha_flop(b, t, d)
         return r

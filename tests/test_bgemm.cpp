@@ -356,11 +356,17 @@ TEST_CASE("every element of a bf16 product has the same bits however the rows or
 }
 
 TEST_CASE("bgemm with op(B) or op(A) packed once gives bgemm's bits, whole or in row chunks and column blocks") {
+  struct size3 {
+    i64 m, n, k;
+  };
+  std::vector<size3> sizes;
+  for (i64 m : {1, 9, 33, 70})
+    for (i64 n : {1, 16, 17, 33, 100})
+      for (i64 k : {1, 15, 64, 101}) sizes.push_back({m, n, k});
+  sizes.push_back({300, 300, 701});  // packed by several tasks (blocks of rows, pairs or panels), K odd
   for (bool ta : {false, true})
     for (bool tb : {false, true})
-      for (i64 m : {1, 9, 33, 70})
-        for (i64 n : {1, 16, 17, 33, 100})
-          for (i64 k : {1, 15, 64, 101})
+      for (const auto& [m, n, k] : sizes)
             for (const auto& [alpha, beta] : {std::pair{1.f, 0.f}, {-0.5f, 1.f}}) {
               const product p{ta, tb, m, n, k, alpha, beta};
               INFO("ta " << ta << " tb " << tb << " m " << m << " n " << n << " k " << k << " beta " << beta);

@@ -67,7 +67,7 @@ struct op_args {
   // executor does not zero that buffer first. Other kernels always see 0 here.
   std::span<const std::uint8_t> din_fresh;
   bool training = true;
-  /// GEMM-like products (matmul, the fused linear) in bf16 with float accumulation
+  /// GEMM-like products (matmul, the fused linear, fused attention) in bf16 with float accumulation
   /// (exec_options::precision); always false in double.
   bool bf16 = false;
   /// Set for a weight product whose weight (input 1, a parameter [N, K] read as Wᵀ) the executor

@@ -40,7 +40,7 @@ inline constexpr int max_threads = 1024;
 /// The precision of an executor's GEMM-like work (exec_options::precision).
 enum class compute_precision : unsigned char {
   f32,   // the executor's scalar type throughout
-  bf16,  // matmul and the fused linear: operands rounded to bf16, products accumulated in float
+  bf16,  // matmul, the fused linear, fused attention: operands rounded to bf16, float accumulation
 };
 
 /// How an executor reads the weights of its products (exec_options::weights).
@@ -61,10 +61,11 @@ struct exec_options {
   /// node that keeps no [T, S] scores). Off: every node as written (the reference). The
   /// default is on, unless the environment sets LOOM_FUSE=0 (to run a whole program unfused).
   bool fuse = fuse_by_default();
-  /// compute_precision::bf16: matmul and the fused linear (forward and backward) round their
-  /// operands to bf16 and accumulate in float, fast on CPUs with AVX512_BF16 (the same bits, slowly,
-  /// elsewhere). Parameters, gradients, optimizer state, the fused attention and every other op
-  /// stay float. For executor<float> only (docs/precision.md).
+  /// compute_precision::bf16: matmul, the fused linear and the fused attention's products over
+  /// more than 32 keys (forward and backward) round their operands to bf16 and accumulate in
+  /// float, fast on CPUs with AVX512_BF16 (the same bits, slowly, elsewhere). Parameters,
+  /// gradients, optimizer state, softmax and every other op stay float. For executor<float> only
+  /// (docs/precision.md).
   compute_precision precision = compute_precision::f32;
   /// weight_precision::int8 (executor<float> with `inference` only): the weight W [N, K] of
   /// every product x · Wᵀ whose W is a parameter — the fused linear layers, matmul<false,
