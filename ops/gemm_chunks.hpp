@@ -30,6 +30,19 @@ inline std::int64_t row_grain(std::int64_t n, std::int64_t k) {
   return (rows + 15) / 16 * 16;
 }
 
+// Rows per work item of a product whose other operand is packed once for all of them
+// (bgemm_packed_b): about 2^21 multiply-adds, a multiple of 8 (the bf16 kernel's tile), at least
+// 16. Finer than row_grain, whose chunks each pack that operand again: here each row of op(X) is
+// packed once however the rows are split, so small items cost little, and they spread a
+// product evenly over the threads (3 chunks of 256 rows leave one of 2 threads idle a third of
+// the product). The bits do not depend on the split (bgemm.hpp). On the small training step
+// (bench_vs_torch small_train_bf16, AMD EPYC Zen 4) items of 2^19 to 2^24 multiply-adds ran
+// alike within the run-to-run noise, at 1 and at 2 threads.
+inline std::int64_t packed_row_grain(std::int64_t n, std::int64_t k) {
+  const std::int64_t per_row = std::max<std::int64_t>(1, n * k);
+  return std::max<std::int64_t>(16, (std::int64_t{1} << 21) / per_row / 8 * 8);
+}
+
 // Columns per parallel block of a product that the row chunks leave in one piece (the weight
 // gradients of a small model: [64, 64] summed over 512 rows), so that more than one thread
 // can take part: multiples of 32 (loom's GEMM panel), about 2^20 multiply-adds each, n (one
@@ -90,20 +103,22 @@ template <class T>
 void batched_gemm(bool tx, bool ty, std::int64_t batch, std::int64_t rows, std::int64_t n, std::int64_t k,
                   const T* x, std::int64_t ldx, std::int64_t sx, const T* y, std::int64_t ldy, std::int64_t sy, T* c,
                   std::int64_t sc, T beta, bool bf16 = false) {
-  std::int64_t grain = row_grain(n, k);
-  std::int64_t chunks = (rows + grain - 1) / grain;
-  if (batch * chunks == 1) return in_column_blocks(tx, ty, 1, rows, n, k, x, ldx, sx, y, ldy, sy, c, beta, bf16);
-  if constexpr (std::is_same_v<T, float>)
-    if (bf16 && (batch == 1 || sy == 0) && k >= 1) {  // op(Y) rounded and packed once for every chunk
+  if constexpr (std::is_same_v<T, float>) {
+    const std::int64_t g = packed_row_grain(n, k), items = (rows + g - 1) / g;
+    if (bf16 && (batch == 1 || sy == 0) && k >= 1 && batch * items > 1) {  // op(Y) packed once for every item
       const bgemm_packed_b yp(ty, n, k, y, ldy);
-      for_chunks(batch * chunks, 1, [&](std::int64_t b0, std::int64_t b1) {
+      for_chunks(batch * items, 1, [&](std::int64_t b0, std::int64_t b1) {
         for (std::int64_t item = b0; item < b1; ++item) {
-          const std::int64_t b = item / chunks, r0 = (item % chunks) * grain, r1 = std::min(rows, r0 + grain);
+          const std::int64_t b = item / items, r0 = (item % items) * g, r1 = std::min(rows, r0 + g);
           bgemm(tx, r1 - r0, 1.f, row_of_op(x + b * sx, tx, ldx, r0), ldx, yp, beta, c + b * sc + r0 * n, n);
         }
       });
       return;
     }
+  }
+  std::int64_t grain = row_grain(n, k);
+  std::int64_t chunks = (rows + grain - 1) / grain;
+  if (batch * chunks == 1) return in_column_blocks(tx, ty, 1, rows, n, k, x, ldx, sx, y, ldy, sy, c, beta, bf16);
   for_chunks(batch * chunks, 1, [&](std::int64_t b0, std::int64_t b1) {
     for (std::int64_t item = b0; item < b1; ++item) {
       std::int64_t b = item / chunks, r0 = (item % chunks) * grain, r1 = std::min(rows, r0 + grain);
@@ -123,20 +138,22 @@ void summed_gemm(bool tx, bool ty, std::int64_t batch, std::int64_t rows, std::i
     for (std::int64_t e = 0; e < rows * n; ++e) c[e] = beta == T(0) ? T(0) : c[e];
     return;
   }
-  std::int64_t grain = row_grain(n, k * batch);
-  std::int64_t chunks = (rows + grain - 1) / grain;
-  if (chunks == 1) return in_column_blocks(tx, ty, batch, rows, n, k, x, ldx, sx, y, ldy, sy, c, beta, bf16);
-  if constexpr (std::is_same_v<T, float>)
-    if (bf16 && batch == 1 && k >= 1) {  // op(Y) rounded and packed once for every chunk
+  if constexpr (std::is_same_v<T, float>) {
+    const std::int64_t g = packed_row_grain(n, k), items = (rows + g - 1) / g;
+    if (bf16 && batch == 1 && k >= 1 && items > 1) {  // op(Y) rounded and packed once for every item
       const bgemm_packed_b yp(ty, n, k, y, ldy);
-      for_chunks(chunks, 1, [&](std::int64_t c0, std::int64_t c1) {
+      for_chunks(items, 1, [&](std::int64_t c0, std::int64_t c1) {
         for (std::int64_t ch = c0; ch < c1; ++ch) {
-          const std::int64_t r0 = ch * grain, r1 = std::min(rows, r0 + grain);
+          const std::int64_t r0 = ch * g, r1 = std::min(rows, r0 + g);
           bgemm(tx, r1 - r0, 1.f, row_of_op(x, tx, ldx, r0), ldx, yp, beta, c + r0 * n, n);
         }
       });
       return;
     }
+  }
+  std::int64_t grain = row_grain(n, k * batch);
+  std::int64_t chunks = (rows + grain - 1) / grain;
+  if (chunks == 1) return in_column_blocks(tx, ty, batch, rows, n, k, x, ldx, sx, y, ldy, sy, c, beta, bf16);
   for_chunks(chunks, 1, [&](std::int64_t c0, std::int64_t c1) {
     for (std::int64_t ch = c0; ch < c1; ++ch) {
       std::int64_t r0 = ch * grain, r1 = std::min(rows, r0 + grain);

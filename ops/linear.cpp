@@ -154,11 +154,12 @@ void linear_kernels::forward(const op_args<T>& a) {
     }
   }
   if constexpr (std::is_same_v<T, float>) {
-    if (a.bf16 && k >= 1) {  // w rounded to bf16 and packed once for every row chunk; the product,
+    if (a.bf16 && k >= 1) {  // w rounded to bf16 and packed once for every row item; the product,
       const bgemm_packed_b wp(true, n, k, w, k);  // then the epilogue's pass (the fused tiles are float's)
-      for_chunks(chunks, 1, [&](std::int64_t c0, std::int64_t c1) {
+      const std::int64_t g = packed_row_grain(n, k);
+      for_chunks((rows + g - 1) / g, 1, [&](std::int64_t c0, std::int64_t c1) {
         for (std::int64_t ch = c0; ch < c1; ++ch) {
-          const std::int64_t r0 = ch * grain, r1 = std::min(rows, r0 + grain);
+          const std::int64_t r0 = ch * g, r1 = std::min(rows, r0 + g);
           bgemm(false, r1 - r0, 1.f, x + r0 * k, k, wp, 0.f, y + r0 * n, n);
           epilogue(act, y, z_saved, b, res, r0, r1, n);  // while the rows are in cache
         }
