@@ -177,6 +177,26 @@ TEST_CASE("bf16 products give the same bits for any thread count, and a double e
   const auto a1 = attention_bits(1);
   CHECK(std::memcmp(a1.data(), attention_bits(2).data(), a1.size() * sizeof(float)) == 0);
   CHECK(std::memcmp(a1.data(), attention_bits(4).data(), a1.size() * sizeof(float)) == 0);
+  // layers whose products split into many row items sharing one packed weight (600 rows of
+  // 256 × 256: items of 32 rows), forward and backward
+  auto x = input<"x", shape<dyn<"B">, fix<256>>>();
+  auto w2 = param<"w2", shape<fix<256>, fix<256>>>();
+  auto gl = make_graph(sum(matmul<false, true>(relu(nn::linear<"l1", 256>(x)), w2)));
+  const auto xs = test::random_tensor<float>({600, 256}, 34);
+  auto layer_bits = [&](int threads) {
+    auto p = gl.make_params<float>(5);
+    auto ex = gl.executor<float>(p, {.threads = threads, .input_grads = true, .precision = compute_precision::bf16});
+    ex.forward({{"x", xs}});
+    ex.backward();
+    std::vector<float> bits{ex.output()[0]};
+    for (float v : ex.input_grad("x").values()) bits.push_back(v);
+    for (const auto& name : p.names())
+      for (float v : p.grad(name).values()) bits.push_back(v);
+    return bits;
+  };
+  const auto l1 = layer_bits(1);
+  CHECK(std::memcmp(l1.data(), layer_bits(2).data(), l1.size() * sizeof(float)) == 0);
+  CHECK(std::memcmp(l1.data(), layer_bits(4).data(), l1.size() * sizeof(float)) == 0);
   auto p64 = g.make_params<double>(1);
   CHECK_THROWS_AS(g.executor<double>(p64, {.precision = compute_precision::bf16}), value_error);
 }
