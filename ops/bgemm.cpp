@@ -91,7 +91,7 @@ LOOM_VECTOR_CLONES void portable_row(const float* ar, const float* bt, i64 n, i6
 }
 
 // Buffers for packed operands, kept when their products are done for the next ones (see
-// bgemm_packed_b): at most max_kept buffers and max_kept_words words.
+// bgemm_packed): at most max_kept buffers and max_kept_words words.
 class buffer_pool {
  public:
   std::vector<u32> take() {
@@ -124,9 +124,6 @@ buffer_pool& pool() {
 }
 
 }  // namespace
-
-bgemm_packed_b::~bgemm_packed_b() { pool().give(std::move(storage_)); }
-bgemm_packed_a::~bgemm_packed_a() { pool().give(std::move(storage_)); }
 
 void from_bf16(const std::uint16_t* h, float* out, std::int64_t n) {
   for (i64 i = 0; i < n; ++i) out[i] = from_bf16(h[i]);
@@ -453,35 +450,6 @@ void bgemm(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int6
   else bgemm_portable(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
-bgemm_packed_b::bgemm_packed_b(bool trans_b, std::int64_t n, std::int64_t k, const float* b, std::int64_t ldb)
-    : trans_(trans_b), n_(n), k_(k), b_(b), ldb_(ldb) {
-  if (!bgemm_takes(false, trans_b, 1, n, k)) return;
-  storage_ = pool().take();
-  words_ = scratch(storage_, packed_b_words(n, (k + 1) / 2));
-  pack_b_whole(trans_b, b, ldb, n, k, const_cast<u32*>(words_));
-}
-
-void bgemm(bool trans_a, std::int64_t m, float alpha, const float* a, std::int64_t lda, const bgemm_packed_b& b,
-           float beta, float* c, std::int64_t ldc) {
-  if (b.words_ && m >= 1) products_packed_b(trans_a, m, alpha, a, lda, b.words_, b.n_, b.k_, beta, c, ldc);
-  else bgemm(trans_a, b.trans_, m, b.n_, b.k_, alpha, a, lda, b.b_, b.ldb_, beta, c, ldc);
-}
-
-bgemm_packed_a::bgemm_packed_a(bool trans_a, std::int64_t m, std::int64_t k, const float* a, std::int64_t lda)
-    : trans_(trans_a), m_(m), k_(k), a_(a), lda_(lda) {
-  if (!bgemm_takes(trans_a, false, m, 1, k)) return;
-  const i64 pairs = (k + 1) / 2;
-  storage_ = pool().take();
-  words_ = scratch(storage_, packed_a_words(trans_a, m, pairs));
-  pack_a_whole(trans_a, a, lda, m, k, const_cast<u32*>(words_));
-}
-
-void bgemm(const bgemm_packed_a& a, bool trans_b, std::int64_t n, float alpha, const float* b, std::int64_t ldb,
-           float beta, float* c, std::int64_t ldc) {
-  if (a.words_ && n >= 1) products_packed_a(a.trans_, a.words_, a.m_, a.k_, trans_b, n, alpha, b, ldb, beta, c, ldc);
-  else bgemm(a.trans_, trans_b, a.m_, n, a.k_, alpha, a.a_, a.lda_, b, ldb, beta, c, ldc);
-}
-
 #else
 
 void to_bf16(const float* x, std::uint16_t* out, std::int64_t n) {
@@ -495,22 +463,49 @@ void bgemm(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int6
   bgemm_portable(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
-bgemm_packed_b::bgemm_packed_b(bool trans_b, std::int64_t n, std::int64_t k, const float* b, std::int64_t ldb)
-    : trans_(trans_b), n_(n), k_(k), b_(b), ldb_(ldb) {}
+#endif
+
+// ---- packed operands (the kernel's packing where the CPU has AVX512_BF16; elsewhere, and for
+// shapes the kernel does not take, nothing is packed and the products read the operand) ----
+
+template <bgemm_side S>
+bgemm_packed<S>::bgemm_packed(bool trans, std::int64_t count, std::int64_t k, const float* x, std::int64_t ld)
+    : trans_(trans), count_(count), k_(k), x_(x), ld_(ld) {
+#if LOOM_BGEMM_AVX512
+  if (!bgemm_takes(trans, trans, count, count, k)) return;
+  const i64 pairs = (k + 1) / 2;
+  storage_ = pool().take();
+  u32* const words =
+      scratch(storage_, S == bgemm_side::a ? packed_a_words(trans, count, pairs) : packed_b_words(count, pairs));
+  if constexpr (S == bgemm_side::a) pack_a_whole(trans, x, ld, count, k, words);
+  else pack_b_whole(trans, x, ld, count, k, words);
+  words_ = words;
+#endif
+}
+
+template <bgemm_side S>
+bgemm_packed<S>::~bgemm_packed() {
+  pool().give(std::move(storage_));
+}
+
+template class bgemm_packed<bgemm_side::a>;
+template class bgemm_packed<bgemm_side::b>;
 
 void bgemm(bool trans_a, std::int64_t m, float alpha, const float* a, std::int64_t lda, const bgemm_packed_b& b,
            float beta, float* c, std::int64_t ldc) {
-  bgemm_portable(trans_a, b.trans_, m, b.n_, b.k_, alpha, a, lda, b.b_, b.ldb_, beta, c, ldc);
+#if LOOM_BGEMM_AVX512
+  if (b.words_ && m >= 1) return products_packed_b(trans_a, m, alpha, a, lda, b.words_, b.count_, b.k_, beta, c, ldc);
+#endif
+  bgemm(trans_a, b.trans_, m, b.count_, b.k_, alpha, a, lda, b.x_, b.ld_, beta, c, ldc);
 }
-
-bgemm_packed_a::bgemm_packed_a(bool trans_a, std::int64_t m, std::int64_t k, const float* a, std::int64_t lda)
-    : trans_(trans_a), m_(m), k_(k), a_(a), lda_(lda) {}
 
 void bgemm(const bgemm_packed_a& a, bool trans_b, std::int64_t n, float alpha, const float* b, std::int64_t ldb,
            float beta, float* c, std::int64_t ldc) {
-  bgemm_portable(a.trans_, trans_b, a.m_, n, a.k_, alpha, a.a_, a.lda_, b, ldb, beta, c, ldc);
-}
-
+#if LOOM_BGEMM_AVX512
+  if (a.words_ && n >= 1)
+    return products_packed_a(a.trans_, a.words_, a.count_, a.k_, trans_b, n, alpha, b, ldb, beta, c, ldc);
 #endif
+  bgemm(a.trans_, trans_b, a.count_, n, a.k_, alpha, a.x_, a.ld_, b, ldb, beta, c, ldc);
+}
 
 }  // namespace loom::ops

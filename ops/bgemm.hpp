@@ -64,66 +64,59 @@ bool bgemm_takes(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std
 void bgemm(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k, float alpha, const float* a,
            std::int64_t lda, const float* b, std::int64_t ldb, float beta, float* c, std::int64_t ldc);
 
-/// op(B) of bgemm rounded to bf16 and packed once, for several products that share it (the row
-/// chunks of one product: a weight read by every chunk of a layer's rows). Read-only once made:
-/// products on other threads may share it. Holds b's address (the portable path and shapes the
-/// kernel does not take read b itself), so b must outlive it, unchanged. Its words (half of op(B)'s
-/// bytes) come from a pool that keeps freed buffers for the next ones (up to 16 buffers and
-/// 64 MiB): a step makes the same packed weights again, whose pages the system would otherwise
-/// take back and fault in again at every call.
-class bgemm_packed_b {
+/// Which operand of bgemm a packed copy is: op(A) [M, K] or op(B) [K, N].
+enum class bgemm_side { a, b };
+
+template <bgemm_side S>
+class bgemm_packed;
+/// op(A) packed once, for the column blocks of one product.
+using bgemm_packed_a = bgemm_packed<bgemm_side::a>;
+/// op(B) packed once, for the row chunks of one product (a weight read by every chunk of a
+/// layer's rows).
+using bgemm_packed_b = bgemm_packed<bgemm_side::b>;
+
+/// bgemm(trans_a, b's trans_b, m, b.count(), b.k(), alpha, a, lda, b's b, ldb, beta, c, ldc): the
+/// same bits, without packing op(B) again.
+void bgemm(bool trans_a, std::int64_t m, float alpha, const float* a, std::int64_t lda, const bgemm_packed_b& b,
+           float beta, float* c, std::int64_t ldc);
+
+/// bgemm(a's trans_a, trans_b, a.count(), n, a.k(), alpha, a's a, lda, b, ldb, beta, c, ldc): the
+/// same bits, without packing op(A) again.
+void bgemm(const bgemm_packed_a& a, bool trans_b, std::int64_t n, float alpha, const float* b, std::int64_t ldb,
+           float beta, float* c, std::int64_t ldc);
+
+/// One operand of bgemm rounded to bf16 and packed once (the packing split over the threads),
+/// for several products that share it. Read-only once made: products on other threads may
+/// share it. Holds the operand's address (the portable path and shapes the kernel does not take
+/// read the operand itself), so the operand must outlive it, unchanged. Its words (half of the
+/// operand's bytes) come from a pool that keeps freed buffers for the next ones (up to 16
+/// buffers and 64 MiB): a step makes the same packed weights again, whose pages the system would
+/// otherwise take back and fault in again at every call.
+template <bgemm_side S>
+class bgemm_packed {
  public:
-  /// op(B) [K, N] as bgemm's trans_b, b, ldb take it (N, K ≥ 0).
-  bgemm_packed_b(bool trans_b, std::int64_t n, std::int64_t k, const float* b, std::int64_t ldb);
-  ~bgemm_packed_b();
-  bgemm_packed_b(const bgemm_packed_b&) = delete;
-  bgemm_packed_b& operator=(const bgemm_packed_b&) = delete;
-  std::int64_t n() const { return n_; }
+  /// op(A) [count, K] or op(B) [K, count] as bgemm's trans_a, a, lda or trans_b, b, ldb take it
+  /// (count, K ≥ 0).
+  bgemm_packed(bool trans, std::int64_t count, std::int64_t k, const float* x, std::int64_t ld);
+  ~bgemm_packed();
+  bgemm_packed(const bgemm_packed&) = delete;
+  bgemm_packed& operator=(const bgemm_packed&) = delete;
+  /// M for op(A), N for op(B).
+  std::int64_t count() const { return count_; }
   std::int64_t k() const { return k_; }
 
  private:
   friend void bgemm(bool, std::int64_t, float, const float*, std::int64_t, const bgemm_packed_b&, float, float*,
                     std::int64_t);
-  bool trans_;
-  std::int64_t n_, k_;
-  const float* b_;
-  std::int64_t ldb_;
-  std::vector<std::uint32_t> storage_;  // empty unless the kernel takes the products
-  const std::uint32_t* words_ = nullptr;
-};
-
-/// bgemm(trans_a, b's trans_b, m, b.n(), b.k(), alpha, a, lda, b's b, ldb, beta, c, ldc): the same
-/// bits, without packing op(B) again.
-void bgemm(bool trans_a, std::int64_t m, float alpha, const float* a, std::int64_t lda, const bgemm_packed_b& b,
-           float beta, float* c, std::int64_t ldc);
-
-/// op(A) of bgemm rounded to bf16 and packed once, for several products that share it (the
-/// column blocks of one product). As bgemm_packed_b: read-only once made, a must outlive it.
-class bgemm_packed_a {
- public:
-  /// op(A) [M, K] as bgemm's trans_a, a, lda take it (M, K ≥ 0).
-  bgemm_packed_a(bool trans_a, std::int64_t m, std::int64_t k, const float* a, std::int64_t lda);
-  ~bgemm_packed_a();
-  bgemm_packed_a(const bgemm_packed_a&) = delete;
-  bgemm_packed_a& operator=(const bgemm_packed_a&) = delete;
-  std::int64_t m() const { return m_; }
-  std::int64_t k() const { return k_; }
-
- private:
   friend void bgemm(const bgemm_packed_a&, bool, std::int64_t, float, const float*, std::int64_t, float, float*,
                     std::int64_t);
   bool trans_;
-  std::int64_t m_, k_;
-  const float* a_;
-  std::int64_t lda_;
+  std::int64_t count_, k_;
+  const float* x_;
+  std::int64_t ld_;
   std::vector<std::uint32_t> storage_;  // empty unless the kernel takes the products
   const std::uint32_t* words_ = nullptr;
 };
-
-/// bgemm(a's trans_a, trans_b, a.m(), n, a.k(), alpha, a's a, lda, b, ldb, beta, c, ldc): the same
-/// bits, without packing op(A) again.
-void bgemm(const bgemm_packed_a& a, bool trans_b, std::int64_t n, float alpha, const float* b, std::int64_t ldb,
-           float beta, float* c, std::int64_t ldc);
 
 /// bgemm as the portable loop computes it on CPUs without AVX512_BF16 (the same bits; exposed so
 /// that tests compare the two paths on CPUs that have both).

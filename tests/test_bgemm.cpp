@@ -374,7 +374,7 @@ TEST_CASE("bgemm with op(B) or op(A) packed once gives bgemm's bits, whole or in
               run(p, want);
               // op(B) packed, the rows in chunks of 8 (the last one ragged)
               const ops::bgemm_packed_b pb(tb, n, k, by_b.b.data(), by_b.ldb);
-              CHECK((pb.n() == n && pb.k() == k));
+              CHECK((pb.count() == n && pb.k() == k));
               for (i64 r0 = 0; r0 < m; r0 += 8) {
                 const float* a = ta ? by_b.a.data() + r0 : by_b.a.data() + r0 * by_b.lda;
                 ops::bgemm(ta, std::min<i64>(8, m - r0), alpha, a, by_b.lda, pb, beta, by_b.c.data() + r0 * by_b.ldc,
@@ -382,7 +382,7 @@ TEST_CASE("bgemm with op(B) or op(A) packed once gives bgemm's bits, whole or in
               }
               // op(A) packed, the columns in blocks of 32 (the last one ragged)
               const ops::bgemm_packed_a pa(ta, m, k, by_a.a.data(), by_a.lda);
-              CHECK((pa.m() == m && pa.k() == k));
+              CHECK((pa.count() == m && pa.k() == k));
               for (i64 j0 = 0; j0 < n; j0 += 32) {
                 const float* b = tb ? by_a.b.data() + j0 * by_a.ldb : by_a.b.data() + j0;
                 ops::bgemm(pa, tb, std::min<i64>(32, n - j0), alpha, b, by_a.ldb, beta, by_a.c.data() + j0, by_a.ldc);

@@ -5,6 +5,9 @@
 
 #include <cmath>
 #include <cstring>
+#include <initializer_list>
+#include <span>
+#include <vector>
 
 #include "loom/loom.hpp"
 #include "precision_cases.hpp"
@@ -140,63 +143,51 @@ TEST_CASE("bf16 fused attention (the blocked kernels: its products in bf16) agai
   CHECK(bf16.worst_norm_relative() > 100 * f32.worst_norm_relative());  // the products really were bf16
 }
 
+// Graph g run in bf16 (forward, then backward) at 1, 2 and 4 threads over parameters made with
+// `seed` (none when the graph has none) and `feeds`: the output, the named inputs' gradients and
+// every parameter's gradient must be the same bits at every thread count.
+template <class Graph>
+void require_same_bits_at_any_thread_count(const Graph& g, std::uint64_t seed, std::initializer_list<feed> feeds,
+                                           std::initializer_list<const char*> inputs) {
+  auto bits = [&](int threads) {
+    auto p = g.template make_params<float>(seed);
+    auto ex = g.template executor<float>(
+        p, {.threads = threads, .input_grads = inputs.size() > 0, .precision = compute_precision::bf16});
+    ex.forward(std::span<const feed>(feeds.begin(), feeds.size()));
+    ex.backward();
+    std::vector<float> out{ex.output()[0]};
+    for (const char* name : inputs)
+      for (float v : ex.input_grad(name).values()) out.push_back(v);
+    for (const auto& name : p.names())
+      for (float v : p.grad(name).values()) out.push_back(v);
+    return out;
+  };
+  const auto one = bits(1);
+  CHECK(std::memcmp(one.data(), bits(2).data(), one.size() * sizeof(float)) == 0);
+  CHECK(std::memcmp(one.data(), bits(4).data(), one.size() * sizeof(float)) == 0);
+}
+
 TEST_CASE("bf16 products give the same bits for any thread count, and a double executor refuses them") {
   constexpr auto cfg = translation::config<>;
   auto g = make_graph(nn::seq2seq<cfg, nn::eval_mode>::loss<translation::pad>());
   const auto b = translation_batch();
-  auto run = [&](int threads) {
-    auto p = g.make_params<float>(1);
-    auto ex = g.executor<float>(p, {.threads = threads, .precision = compute_precision::bf16});
-    ex.forward({{"src", b.src}, {"src_len", b.src_len}, {"tgt", b.tgt}, {"target", b.target}});
-    ex.backward();
-    std::vector<float> bits{ex.output()[0]};
-    for (const auto& name : p.names())
-      for (float v : p.grad(name).values()) bits.push_back(v);
-    return bits;
-  };
-  const auto one = run(1);
-  CHECK(std::memcmp(one.data(), run(2).data(), one.size() * sizeof(float)) == 0);
-  CHECK(std::memcmp(one.data(), run(4).data(), one.size() * sizeof(float)) == 0);
+  require_same_bits_at_any_thread_count(
+      g, 1, {{"src", b.src}, {"src_len", b.src_len}, {"tgt", b.tgt}, {"target", b.target}}, {});
   // fused attention's blocked kernels (300 keys), forward and backward
   auto q = input<"q", shape<dyn<"B">, fix<2>, dyn<"T">, fix<16>>>();
   auto k = input<"k", shape<dyn<"B">, fix<2>, dyn<"T">, fix<16>>>();
   auto v = input<"v", shape<dyn<"B">, fix<2>, dyn<"T">, fix<16>>>();
-  auto ga = make_graph(sum(nn::attention<{.is_causal = true}>(q, k, v)));
-  const auto qs = test::random_tensor<float>({2, 2, 300, 16}, 31), ks = test::random_tensor<float>({2, 2, 300, 16}, 32),
-             vs = test::random_tensor<float>({2, 2, 300, 16}, 33);
-  auto attention_bits = [&](int threads) {
-    param_store<float> none;
-    auto ex = ga.executor<float>(none, {.threads = threads, .input_grads = true, .precision = compute_precision::bf16});
-    ex.forward({{"q", qs}, {"k", ks}, {"v", vs}});
-    ex.backward();
-    std::vector<float> bits{ex.output()[0]};
-    for (const char* name : {"q", "k", "v"})
-      for (float x : ex.input_grad(name).values()) bits.push_back(x);
-    return bits;
-  };
-  const auto a1 = attention_bits(1);
-  CHECK(std::memcmp(a1.data(), attention_bits(2).data(), a1.size() * sizeof(float)) == 0);
-  CHECK(std::memcmp(a1.data(), attention_bits(4).data(), a1.size() * sizeof(float)) == 0);
+  require_same_bits_at_any_thread_count(make_graph(sum(nn::attention<{.is_causal = true}>(q, k, v))), 1,
+                                        {{"q", test::random_tensor<float>({2, 2, 300, 16}, 31)},
+                                         {"k", test::random_tensor<float>({2, 2, 300, 16}, 32)},
+                                         {"v", test::random_tensor<float>({2, 2, 300, 16}, 33)}},
+                                        {"q", "k", "v"});
   // layers whose products split into many row items sharing one packed weight (600 rows of
   // 256 × 256: items of 32 rows), forward and backward
   auto x = input<"x", shape<dyn<"B">, fix<256>>>();
   auto w2 = param<"w2", shape<fix<256>, fix<256>>>();
-  auto gl = make_graph(sum(matmul<false, true>(relu(nn::linear<"l1", 256>(x)), w2)));
-  const auto xs = test::random_tensor<float>({600, 256}, 34);
-  auto layer_bits = [&](int threads) {
-    auto p = gl.make_params<float>(5);
-    auto ex = gl.executor<float>(p, {.threads = threads, .input_grads = true, .precision = compute_precision::bf16});
-    ex.forward({{"x", xs}});
-    ex.backward();
-    std::vector<float> bits{ex.output()[0]};
-    for (float v : ex.input_grad("x").values()) bits.push_back(v);
-    for (const auto& name : p.names())
-      for (float v : p.grad(name).values()) bits.push_back(v);
-    return bits;
-  };
-  const auto l1 = layer_bits(1);
-  CHECK(std::memcmp(l1.data(), layer_bits(2).data(), l1.size() * sizeof(float)) == 0);
-  CHECK(std::memcmp(l1.data(), layer_bits(4).data(), l1.size() * sizeof(float)) == 0);
+  require_same_bits_at_any_thread_count(make_graph(sum(matmul<false, true>(relu(nn::linear<"l1", 256>(x)), w2))), 5,
+                                        {{"x", test::random_tensor<float>({600, 256}, 34)}}, {"x"});
   auto p64 = g.make_params<double>(1);
   CHECK_THROWS_AS(g.executor<double>(p64, {.precision = compute_precision::bf16}), value_error);
 }
