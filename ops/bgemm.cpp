@@ -269,11 +269,17 @@ inline __mmask16 first_lanes(i64 w) { return static_cast<__mmask16>(w >= 16 ? 0x
     }
 }
 
-// c[lanes] = alpha · s + beta · c for the lanes of `keep` (c not read when beta is 0).
+// c[lanes] = alpha · s + beta · c for the lanes of `keep` (c not read when beta is 0), then the
+// epilogue for row r, columns j.. of a tile (e's pointers at the tile's first column and first
+// element): + bias, max(0, y) (y itself when y is NaN or ±0, as std::max(y, 0.f)), + residual,
+// in that order.
 [[LOOM_BF16_TARGET, gnu::always_inline]] inline void put_lanes(float* c, __m512 s, float alpha, float beta,
-                                                             __mmask16 keep) {
+                                                             __mmask16 keep, const gemm_epilogue& e, i64 r, i64 j) {
   __m512 x = alpha == 1.f ? s : _mm512_mul_ps(_mm512_set1_ps(alpha), s);
   if (beta != 0.f) x = _mm512_fmadd_ps(_mm512_set1_ps(beta), _mm512_maskz_loadu_ps(keep, c), x);
+  if (e.bias) x = _mm512_add_ps(x, _mm512_maskz_loadu_ps(keep, e.bias + j));
+  if (e.relu) x = _mm512_max_ps(_mm512_setzero_ps(), x);
+  if (e.residual) x = _mm512_add_ps(x, _mm512_maskz_loadu_ps(keep, e.residual + r * e.ldr + j));
   _mm512_mask_storeu_ps(c, keep, x);
 }
 
@@ -283,7 +289,7 @@ inline __mmask16 first_lanes(i64 w) { return static_cast<__mmask16>(w >= 16 ? 0x
 template <int R, int NV>
 [[LOOM_BF16_TARGET, gnu::always_inline]] inline void tile(const u32* a, i64 a_row, i64 a_q, const u32* panel,
                                                         i64 width, i64 pairs, float* c, i64 ldc, float alpha,
-                                                        float beta, __mmask16 last) {
+                                                        float beta, __mmask16 last, const gemm_epilogue& e) {
   __m512 acc[R][NV];
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r)
@@ -306,21 +312,22 @@ template <int R, int NV>
   for (int r = 0; r < R; ++r)
 #pragma GCC unroll 2
     for (int v = 0; v < NV; ++v)
-      put_lanes(c + r * ldc + 16 * v, acc[r][v], alpha, beta, v == NV - 1 ? last : __mmask16(0xFFFF));
+      put_lanes(c + r * ldc + 16 * v, acc[r][v], alpha, beta, v == NV - 1 ? last : __mmask16(0xFFFF), e, r, 16 * v);
 }
 
 template <int NV>
 [[LOOM_BF16_TARGET]] void tile_rows(int rows, const u32* a, i64 a_row, i64 a_q, const u32* panel, i64 width,
-                                    i64 pairs, float* c, i64 ldc, float alpha, float beta, __mmask16 last) {
+                                    i64 pairs, float* c, i64 ldc, float alpha, float beta, __mmask16 last,
+                                    const gemm_epilogue& e) {
   switch (rows) {
-    case 8: return tile<8, NV>(a, a_row, a_q, panel, width, pairs, c, ldc, alpha, beta, last);
-    case 7: return tile<7, NV>(a, a_row, a_q, panel, width, pairs, c, ldc, alpha, beta, last);
-    case 6: return tile<6, NV>(a, a_row, a_q, panel, width, pairs, c, ldc, alpha, beta, last);
-    case 5: return tile<5, NV>(a, a_row, a_q, panel, width, pairs, c, ldc, alpha, beta, last);
-    case 4: return tile<4, NV>(a, a_row, a_q, panel, width, pairs, c, ldc, alpha, beta, last);
-    case 3: return tile<3, NV>(a, a_row, a_q, panel, width, pairs, c, ldc, alpha, beta, last);
-    case 2: return tile<2, NV>(a, a_row, a_q, panel, width, pairs, c, ldc, alpha, beta, last);
-    default: return tile<1, NV>(a, a_row, a_q, panel, width, pairs, c, ldc, alpha, beta, last);
+    case 8: return tile<8, NV>(a, a_row, a_q, panel, width, pairs, c, ldc, alpha, beta, last, e);
+    case 7: return tile<7, NV>(a, a_row, a_q, panel, width, pairs, c, ldc, alpha, beta, last, e);
+    case 6: return tile<6, NV>(a, a_row, a_q, panel, width, pairs, c, ldc, alpha, beta, last, e);
+    case 5: return tile<5, NV>(a, a_row, a_q, panel, width, pairs, c, ldc, alpha, beta, last, e);
+    case 4: return tile<4, NV>(a, a_row, a_q, panel, width, pairs, c, ldc, alpha, beta, last, e);
+    case 3: return tile<3, NV>(a, a_row, a_q, panel, width, pairs, c, ldc, alpha, beta, last, e);
+    case 2: return tile<2, NV>(a, a_row, a_q, panel, width, pairs, c, ldc, alpha, beta, last, e);
+    default: return tile<1, NV>(a, a_row, a_q, panel, width, pairs, c, ldc, alpha, beta, last, e);
   }
 }
 
@@ -340,11 +347,11 @@ i64 packed_b_words(i64 n, i64 pairs) { return (n + 31) / 32 * 32 * pairs; }
 
 constexpr i64 panel_cols = 32, tile_rows_max = 8;
 
-// C = alpha · Â · B̂ + beta · C from packed A (pack_a's layout) and the panels of B̂, which
-// panel_of(j0, w, width) gives for columns [j0, j0 + w) (packed then, or before).
+// C = alpha · Â · B̂ + beta · C, then the epilogue, from packed A (pack_a's layout) and the
+// panels of B̂, which panel_of(j0, w, width) gives for columns [j0, j0 + w) (packed then, or before).
 template <class PanelOf>
 [[LOOM_BF16_TARGET]] void products(bool trans_a, const u32* ap, i64 m, i64 n, i64 pairs, PanelOf&& panel_of,
-                                   float alpha, float beta, float* c, i64 ldc) {
+                                   float alpha, float beta, float* c, i64 ldc, const gemm_epilogue& epilogue = {}) {
   const i64 a_row = trans_a ? 1 : pairs, a_q = trans_a ? (m + 31) / 32 * 32 : 1;
   for (i64 j0 = 0; j0 < n; j0 += panel_cols) {
     const i64 w = std::min(panel_cols, n - j0), width = (w + 15) / 16 * 16;
@@ -352,9 +359,12 @@ template <class PanelOf>
     const u32* panel = panel_of(j0, w, width);
     for (i64 i0 = 0; i0 < m; i0 += tile_rows_max) {
       const int rows = static_cast<int>(std::min(tile_rows_max, m - i0));
+      const gemm_epilogue e{epilogue.bias ? epilogue.bias + j0 : nullptr, epilogue.relu,
+                            epilogue.residual ? epilogue.residual + i0 * epilogue.ldr + j0 : nullptr, epilogue.ldr};
       if (width == 32)
-        tile_rows<2>(rows, ap + i0 * a_row, a_row, a_q, panel, width, pairs, c + i0 * ldc + j0, ldc, alpha, beta, last);
-      else tile_rows<1>(rows, ap + i0 * a_row, a_row, a_q, panel, width, pairs, c + i0 * ldc + j0, ldc, alpha, beta, last);
+        tile_rows<2>(rows, ap + i0 * a_row, a_row, a_q, panel, width, pairs, c + i0 * ldc + j0, ldc, alpha, beta, last, e);
+      else
+        tile_rows<1>(rows, ap + i0 * a_row, a_row, a_q, panel, width, pairs, c + i0 * ldc + j0, ldc, alpha, beta, last, e);
     }
   }
 }
@@ -375,12 +385,12 @@ template <class PanelOf>
 }
 
 [[LOOM_BF16_TARGET]] void products_packed_b(bool trans_a, i64 m, float alpha, const float* a, i64 lda, const u32* bp,
-                                            i64 n, i64 k, float beta, float* c, i64 ldc) {
+                                            i64 n, i64 k, float beta, float* c, i64 ldc, const gemm_epilogue& e) {
   const i64 pairs = (k + 1) / 2;
   thread_local std::vector<u32> a_buffer;
   u32* const ap = scratch(a_buffer, packed_a_words(trans_a, m, pairs));
   pack_a(trans_a, a, lda, m, k, pairs, (m + 31) / 32 * 32, ap);
-  products(trans_a, ap, m, n, pairs, [&](i64 j0, i64, i64) { return bp + j0 * pairs; }, alpha, beta, c, ldc);
+  products(trans_a, ap, m, n, pairs, [&](i64 j0, i64, i64) { return bp + j0 * pairs; }, alpha, beta, c, ldc, e);
 }
 
 [[LOOM_BF16_TARGET]] void products_packed_a(bool trans_a, const u32* ap, i64 m, i64 k, bool trans_b, i64 n,
@@ -492,11 +502,21 @@ template class bgemm_packed<bgemm_side::a>;
 template class bgemm_packed<bgemm_side::b>;
 
 void bgemm(bool trans_a, std::int64_t m, float alpha, const float* a, std::int64_t lda, const bgemm_packed_b& b,
-           float beta, float* c, std::int64_t ldc) {
+           float beta, float* c, std::int64_t ldc, const gemm_epilogue& e) {
 #if LOOM_BGEMM_AVX512
-  if (b.words_ && m >= 1) return products_packed_b(trans_a, m, alpha, a, lda, b.words_, b.count_, b.k_, beta, c, ldc);
+  if (b.words_ && m >= 1)
+    return products_packed_b(trans_a, m, alpha, a, lda, b.words_, b.count_, b.k_, beta, c, ldc, e);
 #endif
   bgemm(trans_a, b.trans_, m, b.count_, b.k_, alpha, a, lda, b.x_, b.ld_, beta, c, ldc);
+  // the epilogue as the kernel's tiles apply it: the same operations in the same order
+  for (i64 i = 0; i < m; ++i)
+    for (i64 j = 0; j < b.count_; ++j) {
+      float y = c[i * ldc + j];
+      if (e.bias) y = y + e.bias[j];
+      if (e.relu) y = std::max(y, 0.f);
+      if (e.residual) y = y + e.residual[i * e.ldr + j];
+      c[i * ldc + j] = y;
+    }
 }
 
 void bgemm(const bgemm_packed_a& a, bool trans_b, std::int64_t n, float alpha, const float* b, std::int64_t ldb,

@@ -9,6 +9,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "sgemm_avx512.hpp"  // gemm_epilogue
+
 namespace loom::ops {
 
 /// x rounded to bfloat16 (the upper 16 bits of a float), to nearest with ties to even, as bits.
@@ -76,9 +78,11 @@ using bgemm_packed_a = bgemm_packed<bgemm_side::a>;
 using bgemm_packed_b = bgemm_packed<bgemm_side::b>;
 
 /// bgemm(trans_a, b's trans_b, m, b.count(), b.k(), alpha, a, lda, b's b, ldb, beta, c, ldc): the
-/// same bits, without packing op(B) again.
+/// same bits, without packing op(B) again; then the epilogue e (sgemm_avx512.hpp: + bias[j],
+/// max(0, y), + residual[i · ldr + j], each when given), applied to each tile while it is in
+/// registers — the same operations, so the same bits, as a pass over C afterwards.
 void bgemm(bool trans_a, std::int64_t m, float alpha, const float* a, std::int64_t lda, const bgemm_packed_b& b,
-           float beta, float* c, std::int64_t ldc);
+           float beta, float* c, std::int64_t ldc, const gemm_epilogue& e = {});
 
 /// bgemm(a's trans_a, trans_b, a.count(), n, a.k(), alpha, a's a, lda, b, ldb, beta, c, ldc): the
 /// same bits, without packing op(A) again.
@@ -107,7 +111,7 @@ class bgemm_packed {
 
  private:
   friend void bgemm(bool, std::int64_t, float, const float*, std::int64_t, const bgemm_packed_b&, float, float*,
-                    std::int64_t);
+                    std::int64_t, const gemm_epilogue&);
   friend void bgemm(const bgemm_packed_a&, bool, std::int64_t, float, const float*, std::int64_t, float, float*,
                     std::int64_t);
   bool trans_;

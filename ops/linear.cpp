@@ -152,29 +152,30 @@ void linear_kernels::forward(const op_args<T>& a) {
       });
       return;
     }
-  }
-  if constexpr (std::is_same_v<T, float>) {
-    if (a.bf16 && k >= 1) {  // w rounded to bf16 and packed once for every row item; the product,
-      const bgemm_packed_b wp(true, n, k, w, k);  // then the epilogue's pass (the fused tiles are float's)
+    if (a.bf16) {  // products in bf16 (exec_options::precision), w rounded and packed once for every row item
+      const bgemm_packed_b wp(true, n, k, w, k);
       const std::int64_t g = packed_row_grain(n, k);
       for_chunks((rows + g - 1) / g, 1, [&](std::int64_t c0, std::int64_t c1) {
         for (std::int64_t ch = c0; ch < c1; ++ch) {
           const std::int64_t r0 = ch * g, r1 = std::min(rows, r0 + g);
-          bgemm(false, r1 - r0, 1.f, x + r0 * k, k, wp, 0.f, y + r0 * n, n);
-          epilogue(act, y, z_saved, b, res, r0, r1, n);  // while the rows are in cache
+          if (act == linear_params::gelu) {  // z is saved for backward: the epilogue's pass
+            bgemm(false, r1 - r0, 1.f, x + r0 * k, k, wp, 0.f, y + r0 * n, n);
+            epilogue(act, y, z_saved, b, res, r0, r1, n);  // while the rows are in cache
+          } else {  // bias, relu and residual in the kernel's tiles
+            bgemm(false, r1 - r0, 1.f, x + r0 * k, k, wp, 0.f, y + r0 * n, n,
+                  gemm_epilogue{b, act == linear_params::relu, res ? res + r0 * n : nullptr, n});
+          }
         }
       });
       return;
     }
   }
-  // bf16 with k = 0: the product in bf16 (zeros), then the epilogue's pass
-  if (!a.bf16 && chunks == 1 && in_column_tiles(act, rows, n, k, x, w, b, res, y)) return;
+  if (chunks == 1 && in_column_tiles(act, rows, n, k, x, w, b, res, y)) return;
   for_chunks(chunks, 1, [&](std::int64_t c0, std::int64_t c1) {
     for (std::int64_t ch = c0; ch < c1; ++ch) {
       const std::int64_t r0 = ch * grain, r1 = std::min(rows, r0 + grain);
-      if (!a.bf16 && in_tiles(act, r1 - r0, n, k, x + r0 * k, w, b, res ? res + r0 * n : nullptr, y + r0 * n))
-        continue;
-      gemm<T>(false, true, r1 - r0, n, k, T(1), x + r0 * k, k, w, k, T(0), y + r0 * n, n, a.bf16);
+      if (in_tiles(act, r1 - r0, n, k, x + r0 * k, w, b, res ? res + r0 * n : nullptr, y + r0 * n)) continue;
+      gemm<T>(false, true, r1 - r0, n, k, T(1), x + r0 * k, k, w, k, T(0), y + r0 * n, n);
       epilogue(act, y, z_saved, b, res, r0, r1, n);  // while the rows are in cache
     }
   });

@@ -355,7 +355,8 @@ TEST_CASE("every element of a bf16 product has the same bits however the rows or
     }
 }
 
-TEST_CASE("bgemm with op(B) or op(A) packed once gives bgemm's bits, whole or in row chunks and column blocks") {
+TEST_CASE("bgemm with op(B) or op(A) packed once gives bgemm's bits, whole or in row chunks and column blocks, and "
+          "its epilogue a pass's") {
   struct size3 {
     i64 m, n, k;
   };
@@ -395,6 +396,36 @@ TEST_CASE("bgemm with op(B) or op(A) packed once gives bgemm's bits, whole or in
               CHECK(b_same);
               CHECK(a_same);
             }
+  // the epilogue (bias, relu, residual) in the tiles: the product's bits, then the same
+  // operations as a pass over C; with K = 0 (nothing packed) the pass itself
+  for (i64 k : {0, 1, 64, 101})
+    for (const auto& [relu, with_residual] : {std::pair{false, false}, {true, false}, {false, true}}) {
+      const i64 m = 37, n = 45;
+      const product p{false, true, m, n, std::max<i64>(k, 1), 1.f, 0.f};
+      operands want = make(p, seed_of(p)), got = want;
+      std::mt19937 rng(static_cast<unsigned>(k + 3 * relu + 5 * with_residual));
+      std::uniform_real_distribution<float> u(-1.f, 1.f);
+      std::vector<float> bias(static_cast<std::size_t>(n)), residual(static_cast<std::size_t>(m * 50));
+      for (auto& v : bias) v = u(rng);
+      for (auto& v : residual) v = u(rng);
+      bias[3] = -0.f;  // with a product of zeros (K = 0): relu's −0 and +0 cases
+      ops::bgemm(false, true, m, n, k, 1.f, want.a.data(), want.lda, want.b.data(), want.ldb, 0.f, want.c.data(),
+                 want.ldc);
+      for (i64 i = 0; i < m; ++i)
+        for (i64 j = 0; j < n; ++j) {
+          float& y = want.c[i * want.ldc + j];
+          y = y + bias[j];
+          if (relu) y = std::max(y, 0.f);
+          if (with_residual) y = y + residual[i * 50 + j];
+        }
+      const ops::bgemm_packed_b pb(true, n, k, got.b.data(), got.ldb);
+      ops::bgemm(false, m, 1.f, got.a.data(), got.lda, pb, 0.f, got.c.data(), got.ldc,
+                 ops::gemm_epilogue{bias.data(), relu, with_residual ? residual.data() : nullptr, 50});
+      bool all_same = true;
+      for (std::size_t e = 0; e < want.c.size(); ++e) all_same = all_same && same(got.c[e], want.c[e]);
+      INFO("k " << k << " relu " << relu << " residual " << with_residual);
+      CHECK(all_same);
+    }
   // degenerate sizes: nothing packed, nothing written (M or N = 0), C = beta · C (K = 0)
   std::vector<float> c{1.f, 2.f};
   const float x = 3.f;

@@ -240,13 +240,17 @@ TEST_CASE("a node fused away is not readable, unless kept: then its pattern runs
   CHECK(ops_of(ex.plan()).count("attention") == 0);
 }
 
-TEST_CASE("fused linear layers (bias, relu, gelu epilogues) give the unfused bits") {
+TEST_CASE("fused linear layers (bias, relu, gelu epilogues) give the unfused bits, in float and in bf16") {
+  // in bf16 (exec_options::precision) the fused layer applies bias and relu in the bf16 kernel's
+  // tiles, the unfused graph in nodes of their own after a bf16 matmul
+  const auto precision = GENERATE(compute_precision::f32, compute_precision::bf16);
+  INFO("precision " << (precision == compute_precision::bf16 ? "bf16" : "f32"));
   auto ffn_relu = make_graph(sum(nn::linear<"l2", D>(relu(nn::linear<"l1", 24>(X{})))));
   auto ffn_gelu = make_graph(sum(nn::linear<"l2", D>(gelu(nn::linear<"l1", 24>(X{})))));
   auto x = test::random_tensor<float>({3, 70, D}, 14);
   auto bits = [&](const auto& g, bool fuse) {
     auto p = g.template make_params<float>(3);
-    auto ex = g.template executor<float>(p, {.input_grads = true, .fuse = fuse});
+    auto ex = g.template executor<float>(p, {.input_grads = true, .fuse = fuse, .precision = precision});
     ex.forward({{"x", x}});
     ex.backward();
     std::vector<float> all{ex.output()[0]};
@@ -282,7 +286,10 @@ TEST_CASE("fused linear layers (bias, relu, gelu epilogues) give the unfused bit
   }
 }
 
-TEST_CASE("a residual added to a linear layer joins its node, either order, with the unfused bits") {
+TEST_CASE("a residual added to a linear layer joins its node, either order, with the unfused bits, in float and in "
+          "bf16") {
+  const auto precision = GENERATE(compute_precision::f32, compute_precision::bf16);
+  INFO("precision " << (precision == compute_precision::bf16 ? "bf16" : "f32"));
   using R = input_node<"r", shape<dyn<"B">, dyn<"T">, fix<D>>>;
   using Row = input_node<"row", shape<fix<1>, fix<1>, fix<D>>>;
   auto x = test::random_tensor<float>({3, 70, D}, 41);
@@ -291,7 +298,7 @@ TEST_CASE("a residual added to a linear layer joins its node, either order, with
   // outputs, every parameter gradient and the inputs' gradients, fused or not, and the plan's ops
   auto bits = [&](const auto& g, std::vector<feed> feeds, bool fuse) {
     auto p = g.template make_params<float>(7);
-    auto ex = g.template executor<float>(p, {.input_grads = true, .fuse = fuse});
+    auto ex = g.template executor<float>(p, {.input_grads = true, .fuse = fuse, .precision = precision});
     ex.forward(feeds);
     ex.backward();
     std::vector<float> all{ex.output()[0]};
