@@ -103,13 +103,19 @@ def git_commit(root):
 
 
 def cpu_model():
+    """The CPU's name, family and model, and whether it has the instructions loom's reduced
+    precision uses (AVX512_BF16 for bf16 products, AVX512_VNNI for int8 weights)."""
+    fields = {}
     try:
         for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
+            key, _, value = line.partition(":")
+            fields.setdefault(key.strip(), value.strip())
     except OSError:
-        pass
-    return "unknown CPU"
+        return "unknown CPU"
+    flags = fields.get("flags", "").split()
+    has = lambda f: "with" if f in flags else "without"  # noqa: E731
+    return (f"{fields.get('model name', 'unknown CPU')} (CPU family {fields.get('cpu family', '?')} model "
+            f"{fields.get('model', '?')}; {has('avx512_bf16')} AVX512_BF16, {has('avx512_vnni')} AVX512_VNNI)")
 
 
 def loadavg():
