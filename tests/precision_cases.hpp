@@ -1,7 +1,8 @@
 // The graphs the precision tests (test_precision, test_int8) measure against double, each run
 // through precision_report with the options given: multi-head self-attention with causal and
-// padding masks, the translation model's loss (examples/translation.hpp) and a Llama-style
-// decoder's loss, at fixed initialisations and inputs.
+// padding masks, the translation model's loss (examples/translation.hpp), the language model's
+// loss (examples/charlm and generate's GPT-like model) and a Llama-style decoder's loss, at fixed
+// initialisations and inputs.
 #pragma once
 
 #include <cstddef>
@@ -47,6 +48,23 @@ inline loom::precision_result translation_report(loom::precision_options options
   const auto b = translation_batch();
   return precision_report(g, p, {{"src", b.src}, {"src_len", b.src_len}, {"tgt", b.tgt}, {"target", b.target}},
                           options);
+}
+
+/// The language model of examples/charlm and examples/generate (nn::language_model: GPT-like,
+/// LayerNorm, sinusoidal positions; 2 layers, d 32, 2 heads of 16) and its loss on 2 × 40
+/// tokens: 40 keys, so the fused attention runs its blocked kernels (their products bf16 under
+/// precision = bf16).
+inline loom::precision_result language_model_report(loom::precision_options options = {}) {
+  using namespace loom;
+  constexpr nn::transformer_config c{.d_model = 32, .heads = 2, .ffn = 64, .decoder_layers = 2, .tgt_vocab = 29};
+  auto g = make_graph(nn::language_model<c, nn::eval_mode>::loss());
+  auto p = g.make_params<double>(6);
+  tensor<std::int32_t> tokens({2, 40}), target({2, 40});
+  for (std::int64_t i = 0; i < tokens.size(); ++i) {
+    tokens[i] = static_cast<std::int32_t>((i * 11 + 4) % 29);
+    target[i] = static_cast<std::int32_t>((i * 13 + 2) % 29);
+  }
+  return precision_report(g, p, {{"tokens", tokens}, {"target", target}}, options);
 }
 
 /// A Llama-style decoder's loss (RMSNorm, RoPE, GQA, SwiGLU; 2 layers, d 32) on 2 × 12 tokens.

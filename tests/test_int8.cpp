@@ -287,8 +287,8 @@ TEST_CASE("int8: an executor with weights = int8 reads the fused linear's and x 
 TEST_CASE("int8: precision_report of the quantized graphs against double, with explicit bounds") {
   // int8 weights keep 8 bits of each row (a step of 1/127 of its largest magnitude). Measured at
   // these initialisations (relative to each output's largest magnitude): attention 6.4e-3, the
-  // translation model's loss 6.2e-4, the Llama-style decoder's loss 2.4e-5; the bounds leave
-  // 3-5× of headroom
+  // translation model's loss 6.2e-4, the Llama-style decoder's loss 2.4e-5, the language model
+  // of examples/charlm's loss 3.4e-5; the bounds leave 3-6× of headroom
   const precision_options int8{.gradients = false, .weights = weight_precision::int8};
   const auto attention = test::attention_report(int8);
   INFO(attention.str());
@@ -301,6 +301,10 @@ TEST_CASE("int8: precision_report of the quantized graphs against double, with e
   INFO(llama.str());
   CHECK(llama.at("output 0").relative <= 1e-4);
   CHECK(llama.at("output 0").relative > 10 * test::llama_report({.gradients = false}).at("output 0").relative);
+  const auto lm = test::language_model_report(int8);
+  INFO(lm.str());
+  CHECK(lm.at("output 0").relative <= 2e-4);
+  CHECK(lm.at("output 0").relative > 10 * test::language_model_report({.gradients = false}).at("output 0").relative);
   // gradients are refused: int8 executors are inference-only
   CHECK_THROWS_WITH(test::attention_report({.weights = weight_precision::int8}), Catch::Contains("gradients = false"));
 }

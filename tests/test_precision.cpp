@@ -73,6 +73,11 @@ TEST_CASE("precision_report: a Llama-style decoder (RMSNorm, RoPE, GQA, SwiGLU) 
   require_within(test::llama_report(), output_bound, gradient_bound);
 }
 
+TEST_CASE("precision_report: the language model of examples/charlm and generate (GPT-like) and its gradients, float "
+          "against double") {
+  require_within(test::language_model_report(), output_bound, gradient_bound);
+}
+
 TEST_CASE("precision_report: precision that float loses shows as a large relative error") {
   // (x + 1e8) − 1e8: in float, x's digits are gone (1e8 has a spacing of 8 in float)
   auto x = input<"x", shape<fix<4>>>();
@@ -106,13 +111,17 @@ TEST_CASE("precision_report: bf16 products (compute_precision::bf16) against dou
   //    by element up to 23% of a gradient's scale);
   //  - attention (its projections in bf16, the fused attention float): the output 4.6e-3, the
   //    gradients up to 5.8e-3 (the out projection's bias, which no bf16 product reaches, 1e-7);
-  //  - the Llama-style decoder's loss 6.0e-6 (a mean over 24 tokens), its gradients 3e-3 to 6e-3.
+  //  - the Llama-style decoder's loss 6.0e-6 (a mean over 24 tokens), its gradients 3e-3 to 6e-3;
+  //  - the language model of examples/charlm (40 keys: its attention's products bf16 too): the
+  //    loss 2.8e-5 (float: 2.6e-8), its gradients up to 5.9e-2 norm-wise (layer 0's first FFN
+  //    bias, behind its ReLU; element by element up to 11%), bounded as the translation model's.
   const precision_options bf16{.precision = compute_precision::bf16};
   const auto translation = test::translation_report(bf16);
   require_bf16_within(translation, 2e-3, 1e-1);
   CHECK(translation.worst_norm_relative() > 10 * test::translation_report().worst_norm_relative());
   require_bf16_within(test::attention_report(bf16), 2e-2, 3e-2);
   require_bf16_within(test::llama_report(bf16), 1e-4, 3e-2);
+  require_bf16_within(test::language_model_report(bf16), 2e-4, 1e-1);
 }
 
 // Fused attention's blocked kernels (more than 32 keys): causal and padding masks over 300 keys,
