@@ -331,9 +331,10 @@ template <int NV>
   }
 }
 
-// A buffer of at least n words, 64-byte aligned.
+// A buffer of at least n words, 64-byte aligned. It only grows: resizing a reused buffer down
+// and up again would zero its new words at every call (the packing overwrites them anyway).
 u32* scratch(std::vector<u32>& buffer, i64 n) {
-  buffer.resize(static_cast<std::size_t>(n + 16));
+  if (buffer.size() < static_cast<std::size_t>(n + 16)) buffer.resize(static_cast<std::size_t>(n + 16));
   const auto at = reinterpret_cast<std::uintptr_t>(buffer.data());
   return buffer.data() + ((64 - at % 64) % 64) / sizeof(u32);
 }
@@ -482,7 +483,7 @@ template <bgemm_side S>
 bgemm_packed<S>::bgemm_packed(bool trans, std::int64_t count, std::int64_t k, const float* x, std::int64_t ld)
     : trans_(trans), count_(count), k_(k), x_(x), ld_(ld) {
 #if LOOM_BGEMM_AVX512
-  if (!bgemm_takes(trans, trans, count, count, k)) return;
+  if (S == bgemm_side::a ? !bgemm_takes(trans, false, count, 1, k) : !bgemm_takes(false, trans, 1, count, k)) return;
   const i64 pairs = (k + 1) / 2;
   storage_ = pool().take();
   u32* const words =
