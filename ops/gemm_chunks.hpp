@@ -43,6 +43,20 @@ inline std::int64_t packed_row_grain(std::int64_t n, std::int64_t k) {
   return std::max<std::int64_t>(16, (std::int64_t{1} << 21) / per_row / 8 * 8);
 }
 
+// item(b, r0, r1) for rows [r0, r1) of each of `batch` products [rows, n] · [n, k]ᵀ-sized (k
+// the sum's length), in items of packed_row_grain rows, over the threads: the loop of every
+// product whose other operand is packed once (bgemm_packed_b).
+template <class Item>
+void for_packed_rows(std::int64_t batch, std::int64_t rows, std::int64_t n, std::int64_t k, Item&& item) {
+  const std::int64_t g = packed_row_grain(n, k), items = (rows + g - 1) / g;
+  for_chunks(batch * items, 1, [&](std::int64_t i0, std::int64_t i1) {
+    for (std::int64_t i = i0; i < i1; ++i) {
+      const std::int64_t r0 = (i % items) * g;
+      item(i / items, r0, std::min(rows, r0 + g));
+    }
+  });
+}
+
 // Columns per parallel block of a product that the row chunks leave in one piece (the weight
 // gradients of a small model: [64, 64] summed over 512 rows), so that more than one thread
 // can take part: multiples of 32 (loom's GEMM panel), about 2^20 multiply-adds each, n (one
@@ -104,14 +118,11 @@ void batched_gemm(bool tx, bool ty, std::int64_t batch, std::int64_t rows, std::
                   const T* x, std::int64_t ldx, std::int64_t sx, const T* y, std::int64_t ldy, std::int64_t sy, T* c,
                   std::int64_t sc, T beta, bool bf16 = false) {
   if constexpr (std::is_same_v<T, float>) {
-    const std::int64_t g = packed_row_grain(n, k), items = (rows + g - 1) / g;
-    if (bf16 && (batch == 1 || sy == 0) && k >= 1 && batch * items > 1) {  // op(Y) packed once for every item
+    const std::int64_t g = packed_row_grain(n, k);
+    if (bf16 && (batch == 1 || sy == 0) && k >= 1 && batch * ((rows + g - 1) / g) > 1) {  // op(Y) packed once
       const bgemm_packed_b yp(ty, n, k, y, ldy);
-      for_chunks(batch * items, 1, [&](std::int64_t b0, std::int64_t b1) {
-        for (std::int64_t item = b0; item < b1; ++item) {
-          const std::int64_t b = item / items, r0 = (item % items) * g, r1 = std::min(rows, r0 + g);
-          bgemm(tx, r1 - r0, 1.f, row_of_op(x + b * sx, tx, ldx, r0), ldx, yp, beta, c + b * sc + r0 * n, n);
-        }
+      for_packed_rows(batch, rows, n, k, [&](std::int64_t b, std::int64_t r0, std::int64_t r1) {
+        bgemm(tx, r1 - r0, 1.f, row_of_op(x + b * sx, tx, ldx, r0), ldx, yp, beta, c + b * sc + r0 * n, n);
       });
       return;
     }
@@ -138,19 +149,8 @@ void summed_gemm(bool tx, bool ty, std::int64_t batch, std::int64_t rows, std::i
     for (std::int64_t e = 0; e < rows * n; ++e) c[e] = beta == T(0) ? T(0) : c[e];
     return;
   }
-  if constexpr (std::is_same_v<T, float>) {
-    const std::int64_t g = packed_row_grain(n, k), items = (rows + g - 1) / g;
-    if (bf16 && batch == 1 && k >= 1 && items > 1) {  // op(Y) rounded and packed once for every item
-      const bgemm_packed_b yp(ty, n, k, y, ldy);
-      for_chunks(items, 1, [&](std::int64_t c0, std::int64_t c1) {
-        for (std::int64_t ch = c0; ch < c1; ++ch) {
-          const std::int64_t r0 = ch * g, r1 = std::min(rows, r0 + g);
-          bgemm(tx, r1 - r0, 1.f, row_of_op(x, tx, ldx, r0), ldx, yp, beta, c + r0 * n, n);
-        }
-      });
-      return;
-    }
-  }
+  // one product summed over nothing else is batched_gemm's: in bf16, op(Y) packed once
+  if (bf16 && batch == 1) return batched_gemm<T>(tx, ty, 1, rows, n, k, x, ldx, 0, y, ldy, 0, c, 0, beta, true);
   std::int64_t grain = row_grain(n, k * batch);
   std::int64_t chunks = (rows + grain - 1) / grain;
   if (chunks == 1) return in_column_blocks(tx, ty, batch, rows, n, k, x, ldx, sx, y, ldy, sy, c, beta, bf16);

@@ -154,17 +154,13 @@ void linear_kernels::forward(const op_args<T>& a) {
     }
     if (a.bf16) {  // products in bf16 (exec_options::precision), w rounded and packed once for every row item
       const bgemm_packed_b wp(true, n, k, w, k);
-      const std::int64_t g = packed_row_grain(n, k);
-      for_chunks((rows + g - 1) / g, 1, [&](std::int64_t c0, std::int64_t c1) {
-        for (std::int64_t ch = c0; ch < c1; ++ch) {
-          const std::int64_t r0 = ch * g, r1 = std::min(rows, r0 + g);
-          if (act == linear_params::gelu) {  // z is saved for backward: the epilogue's pass
-            bgemm(false, r1 - r0, 1.f, x + r0 * k, k, wp, 0.f, y + r0 * n, n);
-            epilogue(act, y, z_saved, b, res, r0, r1, n);  // while the rows are in cache
-          } else {  // bias, relu and residual in the kernel's tiles
-            bgemm(false, r1 - r0, 1.f, x + r0 * k, k, wp, 0.f, y + r0 * n, n,
-                  gemm_epilogue{b, act == linear_params::relu, res ? res + r0 * n : nullptr, n});
-          }
+      for_packed_rows(1, rows, n, k, [&](std::int64_t, std::int64_t r0, std::int64_t r1) {
+        if (act == linear_params::gelu) {  // z is saved for backward: the epilogue's pass
+          bgemm(false, r1 - r0, 1.f, x + r0 * k, k, wp, 0.f, y + r0 * n, n);
+          epilogue(act, y, z_saved, b, res, r0, r1, n);  // while the rows are in cache
+        } else {  // bias, relu and residual in the kernel's tiles
+          bgemm(false, r1 - r0, 1.f, x + r0 * k, k, wp, 0.f, y + r0 * n, n,
+                gemm_epilogue{b, act == linear_params::relu, res ? res + r0 * n : nullptr, n});
         }
       });
       return;
