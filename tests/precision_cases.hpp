@@ -50,6 +50,19 @@ inline loom::precision_result translation_report(loom::precision_options options
                           options);
 }
 
+/// A language model's loss g (feeds "tokens" and "target", vocabulary 29) over params on 2 ×
+/// `len` tokens: token i is (i · a + 3) mod 29, its target (i · b + 1) mod 29.
+template <class Graph>
+loom::precision_result next_token_report(const Graph& g, const loom::param_store<double>& params, std::int64_t len,
+                                         std::int64_t a, std::int64_t b, loom::precision_options options) {
+  loom::tensor<std::int32_t> tokens({2, len}), target({2, len});
+  for (std::int64_t i = 0; i < tokens.size(); ++i) {
+    tokens[i] = static_cast<std::int32_t>((i * a + 3) % 29);
+    target[i] = static_cast<std::int32_t>((i * b + 1) % 29);
+  }
+  return loom::precision_report(g, params, {{"tokens", tokens}, {"target", target}}, options);
+}
+
 /// The language model of examples/charlm and examples/generate (nn::language_model: GPT-like,
 /// LayerNorm, sinusoidal positions; 2 layers, d 32, 2 heads of 16) and its loss on 2 × 40
 /// tokens: 40 keys, so the fused attention runs its blocked kernels (their products bf16 under
@@ -58,13 +71,7 @@ inline loom::precision_result language_model_report(loom::precision_options opti
   using namespace loom;
   constexpr nn::transformer_config c{.d_model = 32, .heads = 2, .ffn = 64, .decoder_layers = 2, .tgt_vocab = 29};
   auto g = make_graph(nn::language_model<c, nn::eval_mode>::loss());
-  auto p = g.make_params<double>(6);
-  tensor<std::int32_t> tokens({2, 40}), target({2, 40});
-  for (std::int64_t i = 0; i < tokens.size(); ++i) {
-    tokens[i] = static_cast<std::int32_t>((i * 11 + 4) % 29);
-    target[i] = static_cast<std::int32_t>((i * 13 + 2) % 29);
-  }
-  return precision_report(g, p, {{"tokens", tokens}, {"target", target}}, options);
+  return next_token_report(g, g.make_params<double>(6), 40, 11, 13, options);
 }
 
 /// A Llama-style decoder's loss (RMSNorm, RoPE, GQA, SwiGLU; 2 layers, d 32) on 2 × 12 tokens.
@@ -73,13 +80,7 @@ inline loom::precision_result llama_report(loom::precision_options options = {})
   constexpr nn::decoder_config c{.family = nn::decoder_family::llama, .d_model = 32, .heads = 4, .kv_heads = 2,
                                  .ffn = 48, .layers = 2, .vocab = 29, .eps = 1e-5};
   auto g = make_graph(nn::decoder_lm<c, nn::train_mode>::loss());
-  auto p = g.make_params<double>(2);
-  tensor<std::int32_t> tokens({2, 12}), target({2, 12});
-  for (std::int64_t i = 0; i < tokens.size(); ++i) {
-    tokens[i] = static_cast<std::int32_t>((i * 7 + 3) % 29);
-    target[i] = static_cast<std::int32_t>((i * 5 + 1) % 29);
-  }
-  return precision_report(g, p, {{"tokens", tokens}, {"target", target}}, options);
+  return next_token_report(g, g.make_params<double>(2), 12, 7, 5, options);
 }
 
 }  // namespace test

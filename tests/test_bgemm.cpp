@@ -408,7 +408,10 @@ TEST_CASE("bgemm with op(B) or op(A) packed once gives bgemm's bits, whole or in
       std::vector<float> bias(static_cast<std::size_t>(n)), residual(static_cast<std::size_t>(m * 50));
       for (auto& v : bias) v = u(rng);
       for (auto& v : residual) v = u(rng);
-      bias[3] = -0.f;  // with a product of zeros (K = 0): relu's −0 and +0 cases
+      // columns where y + bias is NaN, −inf and +inf: relu keeps a NaN NaN (as std::max(y, 0.f))
+      bias[3] = std::numeric_limits<float>::quiet_NaN();
+      bias[5] = -std::numeric_limits<float>::infinity();
+      bias[7] = std::numeric_limits<float>::infinity();
       ops::bgemm(false, true, m, n, k, 1.f, want.a.data(), want.lda, want.b.data(), want.ldb, 0.f, want.c.data(),
                  want.ldc);
       for (i64 i = 0; i < m; ++i)

@@ -105,7 +105,7 @@ TEST_CASE("precision_report: bad input is a clear error") {
 }
 
 TEST_CASE("precision_report: bf16 products (compute_precision::bf16) against double, with their own bounds") {
-  // Measured (each bound about five times that, or more):
+  // Measured (outputs and most gradients about five times under their bounds, or more):
   //  - the translation model's loss 2.6e-4, its gradients 2e-4 to 5.6e-2 norm-wise (the first
   //    encoder layer's projections and the FFNs' first layers, behind ReLUs, the most; element
   //    by element up to 23% of a gradient's scale);
@@ -113,15 +113,17 @@ TEST_CASE("precision_report: bf16 products (compute_precision::bf16) against dou
   //    gradients up to 5.8e-3 (the out projection's bias, which no bf16 product reaches, 1e-7);
   //  - the Llama-style decoder's loss 6.0e-6 (a mean over 24 tokens), its gradients 3e-3 to 6e-3;
   //  - the language model of examples/charlm (40 keys: its attention's products bf16 too): the
-  //    loss 2.8e-5 (float: 2.6e-8), its gradients up to 5.9e-2 norm-wise (layer 0's first FFN
-  //    bias, behind its ReLU; element by element up to 11%), bounded as the translation model's.
+  //    loss 7.1e-5 (float: 1.8e-8), its gradients up to 7.7e-2 norm-wise (layer 0's first FFN
+  //    bias, behind its ReLU, where bf16 moves inputs near 0 to the other side; element by
+  //    element up to 17%; 5.9e-2 on other tokens). Those behind ReLUs are the gradients with
+  //    the least headroom: the translation model's 5.6e-2 against 1e-1, this one's against 2e-1.
   const precision_options bf16{.precision = compute_precision::bf16};
   const auto translation = test::translation_report(bf16);
   require_bf16_within(translation, 2e-3, 1e-1);
   CHECK(translation.worst_norm_relative() > 10 * test::translation_report().worst_norm_relative());
   require_bf16_within(test::attention_report(bf16), 2e-2, 3e-2);
   require_bf16_within(test::llama_report(bf16), 1e-4, 3e-2);
-  require_bf16_within(test::language_model_report(bf16), 2e-4, 1e-1);
+  require_bf16_within(test::language_model_report(bf16), 5e-4, 2e-1);
 }
 
 // Fused attention's blocked kernels (more than 32 keys): causal and padding masks over 300 keys,
