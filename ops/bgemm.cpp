@@ -14,13 +14,13 @@
 // L2 at ~16 bytes a cycle, not overlapped with the products) takes a fifth of its time. A 16³
 // attention block, mostly packing, runs at the float kernel's speed.
 #include "bgemm.hpp"
+#include "packing_pool.hpp"
 
 #include <algorithm>
 #include <bit>
 #include <cfloat>
 #include <cmath>
 #include <cstdint>
-#include <mutex>
 #include <utility>
 #include <vector>
 
@@ -90,38 +90,6 @@ LOOM_VECTOR_CLONES void portable_row(const float* ar, const float* bt, i64 n, i6
   }
 }
 
-// Buffers for packed operands, kept when their products are done for the next ones (see
-// bgemm_packed): at most max_kept buffers and max_kept_words words.
-class buffer_pool {
- public:
-  std::vector<u32> take() {
-    std::lock_guard lock(mutex_);
-    if (kept_.empty()) return {};
-    std::vector<u32> b = std::move(kept_.back());
-    kept_.pop_back();
-    words_ -= static_cast<i64>(b.capacity());
-    return b;
-  }
-  void give(std::vector<u32>&& b) {
-    const auto words = static_cast<i64>(b.capacity());
-    std::lock_guard lock(mutex_);
-    if (words == 0 || kept_.size() >= max_kept || words_ + words > max_kept_words) return;  // b frees its words
-    words_ += words;
-    kept_.push_back(std::move(b));
-  }
-
- private:
-  static constexpr std::size_t max_kept = 16;
-  static constexpr i64 max_kept_words = i64{16} << 20;  // 64 MiB
-  std::mutex mutex_;
-  std::vector<std::vector<u32>> kept_;
-  i64 words_ = 0;
-};
-
-buffer_pool& pool() {
-  static buffer_pool p;
-  return p;
-}
 
 }  // namespace
 
@@ -485,7 +453,7 @@ bgemm_packed<S>::bgemm_packed(bool trans, std::int64_t count, std::int64_t k, co
 #if LOOM_BGEMM_AVX512
   if (S == bgemm_side::a ? !bgemm_takes(trans, false, count, 1, k) : !bgemm_takes(false, trans, 1, count, k)) return;
   const i64 pairs = (k + 1) / 2;
-  storage_ = pool().take();
+  storage_ = take_packing_buffer<u32>();
   u32* const words =
       scratch(storage_, S == bgemm_side::a ? packed_a_words(trans, count, pairs) : packed_b_words(count, pairs));
   if constexpr (S == bgemm_side::a) pack_a_whole(trans, x, ld, count, k, words);
@@ -496,7 +464,7 @@ bgemm_packed<S>::bgemm_packed(bool trans, std::int64_t count, std::int64_t k, co
 
 template <bgemm_side S>
 bgemm_packed<S>::~bgemm_packed() {
-  pool().give(std::move(storage_));
+  give_packing_buffer(std::move(storage_));
 }
 
 template class bgemm_packed<bgemm_side::a>;

@@ -129,6 +129,21 @@ void batched_gemm(bool tx, bool ty, std::int64_t batch, std::int64_t rows, std::
   }
   std::int64_t grain = row_grain(n, k);
   std::int64_t chunks = (rows + grain - 1) / grain;
+  if constexpr (std::is_same_v<T, float>) {
+    if (!bf16 && (batch == 1 || sy == 0) && batch * chunks > 1 && sgemm_avx512_takes(tx, ty, rows, n, k)) {
+      const sgemm_packed_b yp(ty, n, k, y, ldy);  // op(Y) packed once, when loom's kernel packs it
+      if (yp.packed()) {
+        for_packed_rows(batch, rows, n, k, [&](std::int64_t b, std::int64_t r0, std::int64_t r1) {
+          const float* xr = row_of_op(x + b * sx, tx, ldx, r0);
+          float* cr = c + b * sc + r0 * n;
+          // one row is a GEMV, as the unpacked path computes it
+          if (r1 - r0 < 2 || !sgemm_avx512(tx, r1 - r0, 1.f, xr, ldx, yp, beta, cr, n))
+            gemm<T>(tx, ty, r1 - r0, n, k, T(1), xr, ldx, y, ldy, beta, cr, n);
+        });
+        return;
+      }
+    }
+  }
   if (batch * chunks == 1) return in_column_blocks(tx, ty, 1, rows, n, k, x, ldx, sx, y, ldy, sy, c, beta, bf16);
   for_chunks(batch * chunks, 1, [&](std::int64_t b0, std::int64_t b1) {
     for (std::int64_t item = b0; item < b1; ++item) {

@@ -166,6 +166,25 @@ void linear_kernels::forward(const op_args<T>& a) {
       return;
     }
   }
+  if constexpr (std::is_same_v<T, float>) {
+    if (chunks > 1) {  // w packed once for every row item (when loom's kernel packs it)
+      const sgemm_packed_b wp(true, n, k, w, k);
+      if (wp.packed()) {
+        for_packed_rows(1, rows, n, k, [&](std::int64_t, std::int64_t r0, std::int64_t r1) {
+          if (act != linear_params::gelu && r1 - r0 >= 2) {  // bias, relu and residual in the kernel's tiles
+            sgemm_avx512(false, r1 - r0, 1.f, x + r0 * k, k, wp, 0.f, y + r0 * n, n,
+                         gemm_epilogue{b, act == linear_params::relu, res ? res + r0 * n : nullptr, n});
+            return;
+          }
+          // gelu (z is saved for backward), or one row (a GEMV, as the unpacked path computes it)
+          if (r1 - r0 < 2 || !sgemm_avx512(false, r1 - r0, 1.f, x + r0 * k, k, wp, 0.f, y + r0 * n, n))
+            gemm<T>(false, true, r1 - r0, n, k, T(1), x + r0 * k, k, w, k, T(0), y + r0 * n, n);
+          epilogue(act, y, z_saved, b, res, r0, r1, n);  // while the rows are in cache
+        });
+        return;
+      }
+    }
+  }
   if (chunks == 1 && in_column_tiles(act, rows, n, k, x, w, b, res, y)) return;
   for_chunks(chunks, 1, [&](std::int64_t c0, std::int64_t c1) {
     for (std::int64_t ch = c0; ch < c1; ++ch) {

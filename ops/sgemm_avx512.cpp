@@ -15,7 +15,11 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <utility>
 #include <vector>
+
+#include "loom/core/parallel.hpp"
+#include "packing_pool.hpp"
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
@@ -180,38 +184,97 @@ bool sgemm_avx512_takes(bool trans_a, bool trans_b, std::int64_t m, std::int64_t
   return has_avx512 && !(trans_a && trans_b) && n >= 16 && n <= max_n && k >= 1 && k <= max_k && m >= 1;
 }
 
-bool sgemm_avx512(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k, float alpha, const float* a,
-                std::int64_t lda, const float* b, std::int64_t ldb, float beta, float* c, std::int64_t ldc,
-                const gemm_epilogue& epilogue) {
-  if (!sgemm_avx512_takes(trans_a, trans_b, m, n, k)) return false;
-  constexpr i64 panel_cols = 32, tile_rows_max = 8;
-  // op(B) is copied panel by panel ([K, 32], the last [K, 16] or [K, 32], zero-padded past N)
-  // unless it is [K, N] already and N needs no padding. Read in place, a panel's rows are K
-  // lines ldb floats apart; when that stride is a multiple of 4 KiB they all map to the same
-  // L1 and L2 sets and evict each other, so then (and only for M > 32: fewer rows do not repay
-  // the copy) it is copied. Other strides read in place were faster than the copy on AMD EPYC
-  // (Zen 4), bench_gemm 1 thread: tiny_dw 108 → 116 GFLOP/s, tiny_dx 113 → 116, small_dx 111 →
-  // 114, row strides of 256–768 floats 1–4% faster; a stride of 1024 floats 4% slower.
-  const bool pack = trans_b || n % 16 != 0 || (m > 32 && ldb % 1024 == 0);
-  thread_local std::vector<float> buffer;  // nothing else runs on this thread until the product is done
-  if (pack) buffer.resize(static_cast<std::size_t>(k * panel_cols));
+namespace {
+
+constexpr i64 panel_cols = 32, tile_rows_max = 8;
+
+// Whether op(B) is copied into panels ([K, 32], the last [K, 16] or [K, 32], zero-padded past N)
+// rather than read in place: unless it is [K, N] already and N needs no padding. Read in place,
+// a panel's rows are K lines ldb floats apart; when that stride is a multiple of 4 KiB they all
+// map to the same L1 and L2 sets and evict each other, so then (and only for M > 32: fewer rows
+// do not repay the copy) it is copied. Other strides read in place were faster than the copy on
+// AMD EPYC (Zen 4), bench_gemm 1 thread: tiny_dw 108 → 116 GFLOP/s, tiny_dx 113 → 116, small_dx
+// 111 → 114, row strides of 256–768 floats 1–4% faster; a stride of 1024 floats 4% slower.
+bool packs_b(bool trans_b, i64 m, i64 n, i64 ldb) { return trans_b || n % 16 != 0 || (m > 32 && ldb % 1024 == 0); }
+
+// Copies the panel of columns [j0, j0 + w) of op(B) into panel, `width` (16 or 32) wide.
+void pack_panel(bool trans_b, const float* b, i64 ldb, i64 j0, i64 w, i64 k, float* panel, i64 width) {
+  if (trans_b) pack_transposed(b, ldb, j0, w, k, panel, width);
+  else pack_rows(b, ldb, j0, w, k, panel, width);
+}
+
+// The product's tiles, panel by panel: panel(j0, w, width) gives the panel of columns
+// [j0, j0 + w) of op(B) (width = w rounded up to 16) and its row stride.
+template <class Panel>
+void run_panels(bool trans_a, i64 m, i64 n, i64 k, float alpha, const float* a, i64 lda, Panel&& panel, float beta,
+                float* c, i64 ldc, const gemm_epilogue& epilogue) {
   const i64 a_row = trans_a ? 1 : lda, a_k = trans_a ? lda : 1;
   for (i64 j0 = 0; j0 < n; j0 += panel_cols) {
     const i64 w = std::min(panel_cols, n - j0), width = (w + 15) / 16 * 16;
     const __mmask16 last = last_lanes(w);
-    if (pack && trans_b) pack_transposed(b, ldb, j0, w, k, buffer.data(), width);
-    else if (pack) pack_rows(b, ldb, j0, w, k, buffer.data(), width);
-    const float* panel = pack ? buffer.data() : b + j0;
-    const i64 ld = pack ? width : ldb;
+    const auto [p, ld] = panel(j0, w, width);
     for (i64 i0 = 0; i0 < m; i0 += tile_rows_max) {
       const int rows = static_cast<int>(std::min(tile_rows_max, m - i0));
       const gemm_epilogue e{epilogue.bias ? epilogue.bias + j0 : nullptr, epilogue.relu,
                             epilogue.residual ? epilogue.residual + i0 * epilogue.ldr + j0 : nullptr, epilogue.ldr};
       if (width == 32)
-        tile_rows<2>(rows, a + i0 * a_row, a_row, a_k, panel, ld, k, c + i0 * ldc + j0, ldc, alpha, beta, last, e);
-      else tile_rows<1>(rows, a + i0 * a_row, a_row, a_k, panel, ld, k, c + i0 * ldc + j0, ldc, alpha, beta, last, e);
+        tile_rows<2>(rows, a + i0 * a_row, a_row, a_k, p, ld, k, c + i0 * ldc + j0, ldc, alpha, beta, last, e);
+      else tile_rows<1>(rows, a + i0 * a_row, a_row, a_k, p, ld, k, c + i0 * ldc + j0, ldc, alpha, beta, last, e);
     }
   }
+}
+
+}  // namespace
+
+bool sgemm_avx512(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k, float alpha, const float* a,
+                std::int64_t lda, const float* b, std::int64_t ldb, float beta, float* c, std::int64_t ldc,
+                const gemm_epilogue& epilogue) {
+  if (!sgemm_avx512_takes(trans_a, trans_b, m, n, k)) return false;
+  const bool pack = packs_b(trans_b, m, n, ldb);
+  thread_local std::vector<float> buffer;  // nothing else runs on this thread until the product is done
+  if (pack) buffer.resize(static_cast<std::size_t>(k * panel_cols));
+  run_panels(
+      trans_a, m, n, k, alpha, a, lda,
+      [&](i64 j0, i64 w, i64 width) -> std::pair<const float*, i64> {
+        if (!pack) return {b + j0, ldb};
+        pack_panel(trans_b, b, ldb, j0, w, k, buffer.data(), width);
+        return {buffer.data(), width};
+      },
+      beta, c, ldc, epilogue);
+  return true;
+}
+
+sgemm_packed_b::sgemm_packed_b(bool trans_b, std::int64_t n, std::int64_t k, const float* b, std::int64_t ldb)
+    : trans_(trans_b), n_(n), k_(k), b_(b), ldb_(ldb) {
+  // as for a product of many rows; the bits do not depend on whether it is packed
+  if (!sgemm_avx512_takes(false, trans_b, 1, n, k) || !packs_b(trans_b, max_n, n, ldb)) return;
+  const i64 panels = (n + panel_cols - 1) / panel_cols;
+  storage_ = take_packing_buffer<float>();
+  if (storage_.size() < static_cast<std::size_t>(panels * panel_cols * k))
+    storage_.resize(static_cast<std::size_t>(panels * panel_cols * k));
+  float* const out = storage_.data();
+  // panel p at p · 32 · K, whatever its width
+  for_chunks(panels, grain_for(k * panel_cols, 1 << 16), [&](std::int64_t p0, std::int64_t p1) {
+    for (i64 p = p0; p < p1; ++p) {
+      const i64 j0 = p * panel_cols, w = std::min(panel_cols, n - j0);
+      pack_panel(trans_b, b, ldb, j0, w, k, out + p * panel_cols * k, (w + 15) / 16 * 16);
+    }
+  });
+  panels_ = out;
+}
+
+sgemm_packed_b::~sgemm_packed_b() { give_packing_buffer(std::move(storage_)); }
+
+bool sgemm_avx512(bool trans_a, std::int64_t m, float alpha, const float* a, std::int64_t lda, const sgemm_packed_b& b,
+                  float beta, float* c, std::int64_t ldc, const gemm_epilogue& epilogue) {
+  if (!b.panels_)
+    return sgemm_avx512(trans_a, b.trans_, m, b.n_, b.k_, alpha, a, lda, b.b_, b.ldb_, beta, c, ldc, epilogue);
+  if (!sgemm_avx512_takes(trans_a, b.trans_, m, b.n_, b.k_)) return false;
+  const i64 k = b.k_;
+  run_panels(
+      trans_a, m, b.n_, k, alpha, a, lda,
+      [&](i64 j0, i64, i64 width) -> std::pair<const float*, i64> { return {b.panels_ + j0 * k, width}; }, beta, c,
+      ldc, epilogue);
   return true;
 }
 
@@ -371,6 +434,13 @@ bool sgemv_avx512(bool, std::int64_t, std::int64_t, float, const float*, const f
   return false;
 }
 bool sgemm_avx512_takes(bool, bool, std::int64_t, std::int64_t, std::int64_t) { return false; }
+sgemm_packed_b::sgemm_packed_b(bool trans_b, std::int64_t n, std::int64_t k, const float* b, std::int64_t ldb)
+    : trans_(trans_b), n_(n), k_(k), b_(b), ldb_(ldb) {}
+sgemm_packed_b::~sgemm_packed_b() = default;
+bool sgemm_avx512(bool, std::int64_t, float, const float*, std::int64_t, const sgemm_packed_b&, float, float*,
+                  std::int64_t, const gemm_epilogue&) {
+  return false;
+}
 bool sgemm_avx512(bool, bool, std::int64_t, std::int64_t, std::int64_t, float, const float*, std::int64_t, const float*,
                 std::int64_t, float, float*, std::int64_t, const gemm_epilogue&) {
   return false;

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 namespace loom::ops {
 
@@ -40,5 +41,41 @@ struct gemm_epilogue {
 bool sgemm_avx512(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k, float alpha, const float* a,
                 std::int64_t lda, const float* b, std::int64_t ldb, float beta, float* c, std::int64_t ldc,
                 const gemm_epilogue& epilogue = {});
+
+/// op(B) [K, N] of sgemm_avx512 packed once in the kernel's panels, for the row chunks of one
+/// product that share it (a layer's weight, read by every chunk of its rows; the packing is split
+/// over the threads). Packed when the kernel would pack it (transposed, N not a multiple of 16, or
+/// a row stride that is a multiple of 1024 floats) and takes its shape; otherwise the products
+/// read b in place, as sgemm_avx512 does. Read-only once made: products on other threads may
+/// share it. Holds b's address, so b must outlive it, unchanged. Its buffer comes from a pool
+/// (ops/packing_pool.hpp).
+class sgemm_packed_b {
+ public:
+  /// op(B) as sgemm_avx512's trans_b, b, ldb take it: [K, n] (n, k ≥ 0).
+  sgemm_packed_b(bool trans_b, std::int64_t n, std::int64_t k, const float* b, std::int64_t ldb);
+  ~sgemm_packed_b();
+  sgemm_packed_b(const sgemm_packed_b&) = delete;
+  sgemm_packed_b& operator=(const sgemm_packed_b&) = delete;
+  std::int64_t count() const { return n_; }
+  std::int64_t k() const { return k_; }
+  /// Whether the operand was packed (else the products read it in place).
+  bool packed() const { return panels_ != nullptr; }
+
+ private:
+  friend bool sgemm_avx512(bool, std::int64_t, float, const float*, std::int64_t, const sgemm_packed_b&, float,
+                           float*, std::int64_t, const gemm_epilogue&);
+  bool trans_;
+  std::int64_t n_, k_;
+  const float* b_;
+  std::int64_t ldb_;
+  std::vector<float> storage_;
+  const float* panels_ = nullptr;
+};
+
+/// sgemm_avx512(trans_a, b's trans_b, m, b.count(), b.k(), alpha, a, lda, b's b, ldb, beta, c, ldc,
+/// epilogue): the same bits, without packing op(B) again. False, having touched nothing, when
+/// sgemm_avx512 would not take the shape.
+bool sgemm_avx512(bool trans_a, std::int64_t m, float alpha, const float* a, std::int64_t lda, const sgemm_packed_b& b,
+                  float beta, float* c, std::int64_t ldc, const gemm_epilogue& epilogue = {});
 
 }  // namespace loom::ops

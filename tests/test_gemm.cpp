@@ -4,6 +4,7 @@
 // beta = 0 never reading C. The reference is the triple loop in double.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -200,4 +201,53 @@ TEST_CASE("a one-row product (decoding's GEMV) has the same bits however its col
       INFO("tb " << tb << " k " << k);
       CHECK(std::memcmp(whole.data(), split.data(), whole.size() * sizeof(float)) == 0);
     }
+}
+
+TEST_CASE("op(B) packed once gives every row chunk the bits of the unpacked product, epilogue and beta included") {
+  // sgemm_packed_b packs a layer's weight once for all its row chunks; the chunks must compute
+  // what sgemm_avx512 computes packing op(B) itself (or reading it in place)
+  if (!kernel_runs()) return;
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<float> u(-1.f, 1.f);
+  struct shape {
+    bool ta, tb;
+    i64 n, k, ldb;
+  };
+  // transposed (always packed); N ragged against the 32-column panels (packed); a row stride of
+  // 1024 floats (packed); B [K, N] with N a multiple of 16 and an ordinary stride (read in place)
+  for (const shape s : {shape{false, true, 80, 37, 37 + 3}, shape{false, true, 1024, 64, 64}, shape{false, false, 70, 33, 70},
+                        shape{true, false, 64, 20, 1024}, shape{false, false, 96, 50, 96 + 16}}) {
+    const i64 m = 53, lda = s.ta ? m + 2 : s.k + 2, ldc = s.n + 5;
+    std::vector<float> a(static_cast<std::size_t>((s.ta ? s.k : m) * lda)),
+        b(static_cast<std::size_t>((s.tb ? s.n : s.k) * s.ldb)), bias(static_cast<std::size_t>(s.n)),
+        res(static_cast<std::size_t>(m * ldc)), c0(static_cast<std::size_t>(m * ldc));
+    for (auto* v : {&a, &b, &bias, &res, &c0})
+      for (auto& x : *v) x = u(rng);
+    const ops::sgemm_packed_b packed(s.tb, s.n, s.k, b.data(), s.ldb);
+    INFO("ta " << s.ta << " tb " << s.tb << " n " << s.n << " k " << s.k << " ldb " << s.ldb);
+    CHECK(packed.packed() == (s.tb || s.n % 16 != 0 || s.ldb % 1024 == 0));
+    CHECK(packed.count() == s.n);
+    CHECK(packed.k() == s.k);
+    for (const float beta : {0.f, 0.5f})
+      for (const bool relu : {false, true}) {
+        const ops::gemm_epilogue e{bias.data(), relu, beta == 0.f ? res.data() : nullptr, ldc};
+        std::vector<float> whole = c0, chunked = c0;
+        REQUIRE(ops::sgemm_avx512(s.ta, s.tb, m, s.n, s.k, 0.75f, a.data(), lda, b.data(), s.ldb, beta, whole.data(),
+                                  ldc, e));
+        for (i64 r0 = 0; r0 < m; r0 += 16) {  // chunks of 16 rows, the last ragged (5)
+          const i64 rows = std::min<i64>(16, m - r0);
+          const float* ar = s.ta ? a.data() + r0 : a.data() + r0 * lda;
+          const ops::gemm_epilogue er{e.bias, relu, e.residual ? e.residual + r0 * ldc : nullptr, ldc};
+          REQUIRE(ops::sgemm_avx512(s.ta, rows, 0.75f, ar, lda, packed, beta, chunked.data() + r0 * ldc, ldc, er));
+        }
+        INFO("beta " << beta << " relu " << relu);
+        CHECK(whole == chunked);  // the padding past column n of each row of C included
+      }
+  }
+  // a shape the kernel does not take (N above 1024): nothing is packed and nothing is touched
+  std::vector<float> wide(static_cast<std::size_t>(2048 * 4), 1.f), x(8, 1.f), c(2 * 2048, -3.f);
+  const ops::sgemm_packed_b too_wide(true, 2048, 4, wide.data(), 4);
+  CHECK_FALSE(too_wide.packed());
+  CHECK_FALSE(ops::sgemm_avx512(false, 2, 1.f, x.data(), 4, too_wide, 0.f, c.data(), 2048));
+  CHECK(std::all_of(c.begin(), c.end(), [](float v) { return v == -3.f; }));
 }

@@ -1,0 +1,60 @@
+// The pools of ops/packing_pool.hpp: one per word type, each under one mutex, taken once per
+// packed operand (a few times per node), not per element.
+#include "packing_pool.hpp"
+
+#include <mutex>
+
+namespace loom::ops {
+namespace {
+
+template <class W>
+class buffer_pool {
+ public:
+  std::vector<W> take() {
+    std::lock_guard lock(mutex_);
+    if (kept_.empty()) return {};
+    std::vector<W> b = std::move(kept_.back());
+    kept_.pop_back();
+    bytes_ -= b.capacity() * sizeof(W);
+    return b;
+  }
+  void give(std::vector<W>&& b) {
+    const std::size_t bytes = b.capacity() * sizeof(W);
+    std::lock_guard lock(mutex_);
+    if (bytes == 0 || kept_.size() >= max_kept || bytes_ + bytes > max_kept_bytes) return;  // b frees its words
+    bytes_ += bytes;
+    kept_.push_back(std::move(b));
+  }
+
+ private:
+  static constexpr std::size_t max_kept = 16;
+  static constexpr std::size_t max_kept_bytes = std::size_t{64} << 20;
+  std::mutex mutex_;
+  std::vector<std::vector<W>> kept_;
+  std::size_t bytes_ = 0;
+};
+
+template <class W>
+buffer_pool<W>& pool() {
+  static buffer_pool<W> p;
+  return p;
+}
+
+}  // namespace
+
+template <class W>
+std::vector<W> take_packing_buffer() {
+  return pool<W>().take();
+}
+
+template <class W>
+void give_packing_buffer(std::vector<W>&& b) {
+  pool<W>().give(std::move(b));
+}
+
+template std::vector<std::uint32_t> take_packing_buffer<std::uint32_t>();
+template std::vector<float> take_packing_buffer<float>();
+template void give_packing_buffer<std::uint32_t>(std::vector<std::uint32_t>&&);
+template void give_packing_buffer<float>(std::vector<float>&&);
+
+}  // namespace loom::ops
