@@ -6,7 +6,8 @@
 // (hot caches), so it compares the kernels and their packing, not memory traffic. Counters:
 // GFLOP/s.
 //
-//   bench_gemm [--benchmark_filter=REGEX]    (names: <kind>/<TT>/m=..,n=..,k=../loom|loom_bf16|openblas)
+//   bench_gemm [--benchmark_filter=REGEX]    (names: <kind>/<TT>/m=..,n=..,k=../loom|loom_r8|loom_r12|
+//                                             loom_bf16|openblas)
 #include <cblas.h>
 
 #include <cstdint>
@@ -37,8 +38,10 @@ const shape shapes[] = {
     {"cube", false, false, 1024, 1024, 1024},
 };
 
-// Whose product a case measures.
-enum class kernel { loom, loom_bf16, openblas };
+// Whose product a case measures: loom's float GEMM with the tile this CPU chose, or forced to
+// 8 or 12 rows (loom_r8, loom_r12: the same bits, ops/sgemm_avx512.hpp), loom's bf16 GEMM,
+// OpenBLAS.
+enum class kernel { loom, loom_r8, loom_r12, loom_bf16, openblas };
 
 void run(benchmark::State& state, shape s, kernel who) {
   std::mt19937 rng(1);
@@ -48,7 +51,8 @@ void run(benchmark::State& state, shape s, kernel who) {
       c(static_cast<std::size_t>(s.m * s.n));
   for (auto& x : a) x = u(rng);
   for (auto& x : b) x = u(rng);
-  if (who == kernel::loom && !loom::ops::sgemm_avx512_takes(s.ta, s.tb, s.m, s.n, s.k)) {
+  const bool forced = who == kernel::loom_r8 || who == kernel::loom_r12;
+  if ((who == kernel::loom || forced) && !loom::ops::sgemm_avx512_takes(s.ta, s.tb, s.m, s.n, s.k)) {
     state.SkipWithError("loom's GEMM does not take this shape on this CPU (no AVX-512?)");
     return;
   }
@@ -56,8 +60,9 @@ void run(benchmark::State& state, shape s, kernel who) {
     state.SkipWithError("no AVX512_BF16 on this CPU: loom's bf16 GEMM would be its portable loop");
     return;
   }
+  loom::ops::sgemm_avx512_force_tile_rows(who == kernel::loom_r8 ? 8 : who == kernel::loom_r12 ? 12 : 0);
   for (auto _ : state) {
-    if (who == kernel::loom)
+    if (who == kernel::loom || forced)
       loom::ops::sgemm_avx512(s.ta, s.tb, s.m, s.n, s.k, 1.f, a.data(), lda, b.data(), ldb, 0.f, c.data(), s.n);
     else if (who == kernel::loom_bf16)
       loom::ops::bgemm(s.ta, s.tb, s.m, s.n, s.k, 1.f, a.data(), lda, b.data(), ldb, 0.f, c.data(), s.n);
@@ -68,6 +73,7 @@ void run(benchmark::State& state, shape s, kernel who) {
     benchmark::DoNotOptimize(c.data());
     benchmark::ClobberMemory();
   }
+  loom::ops::sgemm_avx512_force_tile_rows(0);
   state.counters["GFLOP/s"] = benchmark::Counter(2.0 * static_cast<double>(s.m * s.n * s.k) * 1e-9,
                                                   benchmark::Counter::kIsIterationInvariantRate);
 }
@@ -77,13 +83,19 @@ void run(benchmark::State& state, shape s, kernel who) {
 int main(int argc, char** argv) {
   openblas_set_num_threads(1);
   for (const shape& s : shapes)
-    for (kernel who : {kernel::loom, kernel::loom_bf16, kernel::openblas}) {
-      const char* suffix = who == kernel::loom ? "/loom" : who == kernel::loom_bf16 ? "/loom_bf16" : "/openblas";
+    for (kernel who : {kernel::loom, kernel::loom_r8, kernel::loom_r12, kernel::loom_bf16, kernel::openblas}) {
+      const char* suffix = who == kernel::loom       ? "/loom"
+                           : who == kernel::loom_r8  ? "/loom_r8"
+                           : who == kernel::loom_r12 ? "/loom_r12"
+                           : who == kernel::loom_bf16 ? "/loom_bf16"
+                                                     : "/openblas";
       const std::string name = std::string(s.kind) + "/" + (s.ta ? "T" : "N") + (s.tb ? "T" : "N") +
                                "/m=" + std::to_string(s.m) + ",n=" + std::to_string(s.n) +
                                ",k=" + std::to_string(s.k) + suffix;
       bench::measured(benchmark::RegisterBenchmark(name.c_str(), run, s, who), benchmark::kMicrosecond);
     }
+  const auto tiling = loom::ops::sgemm_avx512_tiling();
+  benchmark::AddCustomContext("loom sgemm tile", std::to_string(tiling.rows) + " rows x 32 columns (" + tiling.how + ")");
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   benchmark::RunSpecifiedBenchmarks();

@@ -41,7 +41,7 @@
 // 7 (--quick, a smoke run: 3) repetitions of k calls each, k chosen from the median warm-up call
 // so that a repetition lasts about 0.2 s (--quick: 0.03 s). Wall time (std::chrono::steady_clock).
 //
-//   bench_vs_torch [--case NAME] [--threads N] [--json] [--quick] [--list]
+//   bench_vs_torch [--case NAME] [--threads N] [--json] [--quick] [--list] [--tiling]
 //
 // Without --case, runs every case and prints a table; with --json, prints one JSON line per case.
 #include <oneapi/tbb/global_control.h>
@@ -68,6 +68,7 @@
 #include "../ops/blas.hpp"  // loom's BLAS entry point (private to the library; linked in loom::loom)
 #include "../ops/gcc_vector.hpp"
 #include "../ops/int8_gemm.hpp"  // the int8 weight products (exec_options::weights)
+#include "../ops/sgemm_avx512.hpp"  // its tile shape (--tiling)
 #include "../ops/vector_isa.hpp"
 #include "loom/loom.hpp"
 #include "loom/nn/attention.hpp"
@@ -640,7 +641,7 @@ std::vector<bench_case> cases() {
 }
 
 int usage(const char* argv0) {
-  std::fprintf(stderr, "usage: %s [--case NAME] [--threads N] [--json] [--quick] [--memory-plan] [--list]\n", argv0);
+  std::fprintf(stderr, "usage: %s [--case NAME] [--threads N] [--json] [--quick] [--memory-plan] [--list] [--tiling]\n", argv0);
   return 2;
 }
 
@@ -661,7 +662,11 @@ int main(int argc, char** argv) {
       s.quick = true;
     else if (!std::strcmp(argv[i], "--memory-plan"))
       s.memory_plan = true;
-    else if (!std::strcmp(argv[i], "--list")) {
+    else if (!std::strcmp(argv[i], "--tiling")) {  // loom's float GEMM tile on this CPU (sgemm_avx512.hpp)
+      const auto t = ops::sgemm_avx512_tiling();
+      std::printf("%d rows x 32 columns (%s; timed now: %d rows)\n", t.rows, t.how, ops::sgemm_avx512_measure_tile_rows());
+      return 0;
+    } else if (!std::strcmp(argv[i], "--list")) {
       for (const auto& c : cases()) std::printf("%s\n", c.name.c_str());
       return 0;
     } else

@@ -14,6 +14,10 @@
 #include "sgemm_avx512.hpp"
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <stdexcept>
+#include <string>
 #include <cstdint>
 #include <utility>
 #include <vector>
@@ -22,6 +26,7 @@
 #include "packing_pool.hpp"
 
 #if defined(__x86_64__) && defined(__GNUC__)
+#include <cpuid.h>
 #include <immintrin.h>
 #define LOOM_SGEMM_AVX512 1
 // GCC 12's unpack and shuffle intrinsics pass an "undefined" vector as their unused merge
@@ -78,7 +83,7 @@ template <int R, int NV>
                                                                 i64 ldb, i64 k, float* c, i64 ldc, float alpha,
                                                                 float beta, __mmask16 last, const gemm_epilogue& e) {
   __m512 acc[R][NV];
-#pragma GCC unroll 8
+#pragma GCC unroll 12
   for (int r = 0; r < R; ++r)
 #pragma GCC unroll 2
     for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_setzero_ps();
@@ -88,14 +93,14 @@ template <int R, int NV>
 #pragma GCC unroll 2
     for (int v = 0; v < NV; ++v) bv[v] = _mm512_loadu_ps(br + 16 * v);
     const float* ak = a + kk * a_k;
-#pragma GCC unroll 8
+#pragma GCC unroll 12
     for (int r = 0; r < R; ++r) {
       const __m512 av = _mm512_set1_ps(ak[r * a_row]);
 #pragma GCC unroll 2
       for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_fmadd_ps(av, bv[v], acc[r][v]);
     }
   }
-#pragma GCC unroll 8
+#pragma GCC unroll 12
   for (int r = 0; r < R; ++r)
 #pragma GCC unroll 2
     for (int v = 0; v < NV; ++v)
@@ -107,6 +112,10 @@ template <int NV>
                                           float* c, i64 ldc, float alpha, float beta, __mmask16 last,
                                           const gemm_epilogue& e) {
   switch (rows) {
+    case 12: return tile<12, NV>(a, a_row, a_k, b, ldb, k, c, ldc, alpha, beta, last, e);
+    case 11: return tile<11, NV>(a, a_row, a_k, b, ldb, k, c, ldc, alpha, beta, last, e);
+    case 10: return tile<10, NV>(a, a_row, a_k, b, ldb, k, c, ldc, alpha, beta, last, e);
+    case 9: return tile<9, NV>(a, a_row, a_k, b, ldb, k, c, ldc, alpha, beta, last, e);
     case 8: return tile<8, NV>(a, a_row, a_k, b, ldb, k, c, ldc, alpha, beta, last, e);
     case 7: return tile<7, NV>(a, a_row, a_k, b, ldb, k, c, ldc, alpha, beta, last, e);
     case 6: return tile<6, NV>(a, a_row, a_k, b, ldb, k, c, ldc, alpha, beta, last, e);
@@ -186,7 +195,9 @@ bool sgemm_avx512_takes(bool trans_a, bool trans_b, std::int64_t m, std::int64_t
 
 namespace {
 
-constexpr i64 panel_cols = 32, tile_rows_max = 8;
+constexpr i64 panel_cols = 32;
+
+i64 chosen_tile_rows();
 
 // Whether op(B) is copied into panels ([K, 32], the last [K, 16] or [K, 32], zero-padded past N)
 // rather than read in place: unless it is [K, N] already and N needs no padding. Read in place,
@@ -203,10 +214,10 @@ void pack_panel(bool trans_b, const float* b, i64 ldb, i64 j0, i64 w, i64 k, flo
   else pack_rows(b, ldb, j0, w, k, panel, width);
 }
 
-// The product's tiles, panel by panel: panel(j0, w, width) gives the panel of columns
+// The product's tiles of tile_rows_max rows (8 or 12), panel by panel: panel(j0, w, width) gives the panel of columns
 // [j0, j0 + w) of op(B) (width = w rounded up to 16) and its row stride.
 template <class Panel>
-void run_panels(bool trans_a, i64 m, i64 n, i64 k, float alpha, const float* a, i64 lda, Panel&& panel, float beta,
+void run_panels(i64 tile_rows_max, bool trans_a, i64 m, i64 n, i64 k, float alpha, const float* a, i64 lda, Panel&& panel, float beta,
                 float* c, i64 ldc, const gemm_epilogue& epilogue) {
   const i64 a_row = trans_a ? 1 : lda, a_k = trans_a ? lda : 1;
   for (i64 j0 = 0; j0 < n; j0 += panel_cols) {
@@ -234,7 +245,7 @@ bool sgemm_avx512(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, st
   thread_local std::vector<float> buffer;  // nothing else runs on this thread until the product is done
   if (pack) buffer.resize(static_cast<std::size_t>(k * panel_cols));
   run_panels(
-      trans_a, m, n, k, alpha, a, lda,
+      chosen_tile_rows(), trans_a, m, n, k, alpha, a, lda,
       [&](i64 j0, i64 w, i64 width) -> std::pair<const float*, i64> {
         if (!pack) return {b + j0, ldb};
         pack_panel(trans_b, b, ldb, j0, w, k, buffer.data(), width);
@@ -242,6 +253,102 @@ bool sgemm_avx512(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, st
       },
       beta, c, ldc, epilogue);
   return true;
+}
+
+namespace {
+
+// ---- the tile's rows, chosen per CPU ----
+//
+// A tile keeps rows × 32 sums in registers: 8 rows (16 of AVX-512's 32 registers) or 12 (24).
+// More rows load fewer panel vectors per multiply-add, which a CPU that runs two full-width
+// 512-bit FMAs per cycle may need; fewer rows read fewer lines of op(A) at once. Every element
+// is the same chain of FMAs over k either way (sgemm_avx512.hpp), so the choice changes the speed,
+// never the bits. The table decides the CPUs it was measured on; any other CPU times both shapes
+// on its first product and keeps the faster.
+
+std::atomic<int> forced_rows{0};
+
+// AMD's CPU family (base + extended, as lscpu prints it), 0 for other vendors.
+int amd_family() {
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  if (!__get_cpuid(0, &a, &b, &c, &d) || b != 0x68747541u || d != 0x69746e65u || c != 0x444d4163u)
+    return 0;  // "AuthenticAMD"
+  if (!__get_cpuid(1, &a, &b, &c, &d)) return 0;
+  const int base = static_cast<int>((a >> 8) & 0xF), ext = static_cast<int>((a >> 20) & 0xFF);
+  return base == 0xF ? base + ext : base;
+}
+
+// The fixed table: AMD family 25 with AVX-512 (Zen 4, 512-bit FMAs in two 256-bit halves) runs
+// 8 rows faster: bench_gemm loom_r8 vs loom_r12, 1 thread, 2026-11-27, AMD EPYC family 25 model
+// 17, GFLOP/s (median of 3): small_dx 109.9 vs 96.2, cube 109.4 vs 97.1, tiny_dw_ffn 114.9 vs
+// 108.9, small_ffn_up 107.6 vs 102.9, and 8 rows ahead by 1–4% on 8 of the 9 other shapes
+// (attn_block: 94.0 vs 99.4). 0: not in the table.
+int table_rows() { return amd_family() == 25 ? 8 : 0; }
+
+// Times `rows`-row tiles on a [96, 256] · [256, 256] product (96 rows: whole tiles of 8 and of
+// 12), the best of `rounds` calls, in seconds.
+double time_rows(i64 rows, int rounds, const float* a, const float* b, float* c) {
+  double best = 1e30;
+  for (int r = 0; r < rounds; ++r) {
+    const auto t0 = std::chrono::steady_clock::now();
+    run_panels(
+        rows, false, 96, 256, 256, 1.f, a, 256,
+        [&](i64 j0, i64, i64) -> std::pair<const float*, i64> { return {b + j0, 256}; }, 0.f, c, 256, {});
+    best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  return best;
+}
+
+struct tile_choice {
+  i64 rows;
+  const char* how;
+};
+
+i64 measure_rows() {
+  // both shapes in alternating rounds (the first warms the caches), the best of each: both shapes in alternating rounds (the first warms the caches), the best of each
+  std::vector<float> a(96 * 256), b(256 * 256), c(96 * 256);
+  for (std::size_t i = 0; i < a.size(); ++i) a[i] = static_cast<float>(i % 7) * 0.25f - 0.75f;
+  for (std::size_t i = 0; i < b.size(); ++i) b[i] = static_cast<float>(i % 5) * 0.5f - 1.f;
+  double t8 = 1e30, t12 = 1e30;
+  for (int round = 0; round < 4; ++round) {
+    t8 = std::min(t8, time_rows(8, 2, a.data(), b.data(), c.data()));
+    t12 = std::min(t12, time_rows(12, 2, a.data(), b.data(), c.data()));
+  }
+  return t12 < 0.97 * t8 ? 12 : 8;  // 12 only when clearly faster
+}
+
+tile_choice choose_rows() {
+  if (const int rows = table_rows()) return {rows, "table"};
+  return {measure_rows(), "measured"};
+}
+
+const tile_choice& cpu_choice() {
+  static const tile_choice choice = choose_rows();  // once per process, at the first product
+  return choice;
+}
+
+i64 chosen_tile_rows() {
+  const int forced = forced_rows.load(std::memory_order_relaxed);
+  return forced ? forced : cpu_choice().rows;
+}
+
+}  // namespace
+
+sgemm_tiling sgemm_avx512_tiling() {
+  if (!has_avx512) return {0, "none"};
+  const int forced = forced_rows.load(std::memory_order_relaxed);
+  if (forced) return {forced, "forced"};
+  const tile_choice& c = cpu_choice();
+  return {static_cast<int>(c.rows), c.how};
+}
+
+int sgemm_avx512_measure_tile_rows() { return has_avx512 ? static_cast<int>(measure_rows()) : 0; }
+
+void sgemm_avx512_force_tile_rows(int rows) {
+  if (rows != 0 && rows != 8 && rows != 12)
+    throw std::invalid_argument("sgemm_avx512_force_tile_rows: rows must be 8, 12 or 0 (the CPU's choice), not " +
+                                std::to_string(rows));
+  forced_rows.store(rows, std::memory_order_relaxed);
 }
 
 sgemm_packed_b::sgemm_packed_b(bool trans_b, std::int64_t n, std::int64_t k, const float* b, std::int64_t ldb)
@@ -272,7 +379,7 @@ bool sgemm_avx512(bool trans_a, std::int64_t m, float alpha, const float* a, std
   if (!sgemm_avx512_takes(trans_a, b.trans_, m, b.n_, b.k_)) return false;
   const i64 k = b.k_;
   run_panels(
-      trans_a, m, b.n_, k, alpha, a, lda,
+      chosen_tile_rows(), trans_a, m, b.n_, k, alpha, a, lda,
       [&](i64 j0, i64, i64 width) -> std::pair<const float*, i64> { return {b.panels_ + j0 * k, width}; }, beta, c,
       ldc, epilogue);
   return true;
@@ -434,6 +541,13 @@ bool sgemv_avx512(bool, std::int64_t, std::int64_t, float, const float*, const f
   return false;
 }
 bool sgemm_avx512_takes(bool, bool, std::int64_t, std::int64_t, std::int64_t) { return false; }
+sgemm_tiling sgemm_avx512_tiling() { return {0, "none"}; }
+int sgemm_avx512_measure_tile_rows() { return 0; }
+void sgemm_avx512_force_tile_rows(int rows) {
+  if (rows != 0 && rows != 8 && rows != 12)
+    throw std::invalid_argument("sgemm_avx512_force_tile_rows: rows must be 8, 12 or 0 (the CPU's choice), not " +
+                                std::to_string(rows));
+}
 sgemm_packed_b::sgemm_packed_b(bool trans_b, std::int64_t n, std::int64_t k, const float* b, std::int64_t ldb)
     : trans_(trans_b), n_(n), k_(k), b_(b), ldb_(ldb) {}
 sgemm_packed_b::~sgemm_packed_b() = default;

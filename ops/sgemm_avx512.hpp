@@ -10,6 +10,27 @@ namespace loom::ops {
 /// Whether sgemm_avx512 computes products of this shape on this CPU.
 bool sgemm_avx512_takes(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k);
 
+/// The shape of sgemm_avx512's tiles in this process: rows × 32 columns of C in registers, rows
+/// 8 or 12 (0 without AVX-512), and how it was chosen: "table" (a CPU measured beforehand: AMD
+/// family 25, Zen 4, takes 8), "measured" (any other CPU: both shapes timed on the first product,
+/// the faster kept), "forced" (sgemm_avx512_force_tile_rows) or "none". Every element of C has the
+/// same bits under either shape: the choice is speed only. Asking makes the choice if no product
+/// has yet.
+struct sgemm_tiling {
+  int rows;
+  const char* how;
+};
+sgemm_tiling sgemm_avx512_tiling();
+
+/// Times both tile shapes now, as a CPU not in the table does at its first product (a [96, 256] ·
+/// [256, 256] product, a few alternating rounds, about a millisecond), and returns the rows of
+/// the faster: 12 only when at least 3% faster than 8. 0 without AVX-512. Changes no choice.
+int sgemm_avx512_measure_tile_rows();
+
+/// Makes the products that start from now on use tiles of `rows` rows (8 or 12; 0: back to the
+/// CPU's choice), for tests and benchmarks. std::invalid_argument for any other value.
+void sgemm_avx512_force_tile_rows(int rows);
+
 /// c[0, N) = alpha · x · op(B) + beta · c (c not read when beta is 0), x contiguous [K]:
 /// the one-row product of decoding (a GEMV), when the CPU has AVX-512 (false, having touched
 /// nothing, otherwise). trans_b: B is [N, K] and c[j] is x · row j of B, summed in 16 lanes over k

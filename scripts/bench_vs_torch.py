@@ -214,6 +214,7 @@ def drive(args):
         raise SystemExit(f"bench_vs_torch: no benchmark binary at {binary} (build the target bench_vs_torch)")
     out_dir = prepare_out_dir(args.out_dir or os.path.dirname(os.path.dirname(binary)))
     loom_cases = subprocess.run([binary, "--list"], capture_output=True, text=True, check=True).stdout.split()
+    tiling = subprocess.run([binary, "--tiling"], capture_output=True, text=True, check=True).stdout.strip()
     if loom_cases != case_names():
         raise SystemExit(f"bench_vs_torch: the cases of {binary} ({loom_cases}) are not this script's ({case_names()})")
     ncpu = os.cpu_count() or 1
@@ -264,7 +265,7 @@ def drive(args):
               f"others busy {r['others_busy_pct']:.0f}%", file=sys.stderr, flush=True)
     torch_version = next((r["torch_version"] for r in results if r["framework"] == "torch"), "?")
     others = [r["others_busy_pct"] for r in results]
-    meta = {"quick": args.quick, "rounds": rounds, "commit": git_commit(root), "torch_version": torch_version, "cpu": cpu_model(),
+    meta = {"quick": args.quick, "rounds": rounds, "commit": git_commit(root), "torch_version": torch_version, "cpu": cpu_model() + "; loom's float GEMM tile: " + tiling,
             "ncpu": ncpu, "threading": settings, "load_start": load_start, "load_end": loadavg(),
             "others_mean": statistics.mean(others), "others_max": max(others),
             "date": time.strftime("%Y-%m-%d %H:%M %Z"), "duration_s": time.time() - start,

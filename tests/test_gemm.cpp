@@ -10,6 +10,8 @@
 #include <cstring>
 #include <limits>
 #include <random>
+#include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "../ops/blas.hpp"
@@ -250,4 +252,49 @@ TEST_CASE("op(B) packed once gives every row chunk the bits of the unpacked prod
   CHECK_FALSE(too_wide.packed());
   CHECK_FALSE(ops::sgemm_avx512(false, 2, 1.f, x.data(), 4, too_wide, 0.f, c.data(), 2048));
   CHECK(std::all_of(c.begin(), c.end(), [](float v) { return v == -3.f; }));
+}
+
+TEST_CASE("tiles of 8 and of 12 rows give every element the same bits, and only those shapes can be forced") {
+  // the tile's rows are chosen per CPU (a table, or timed at the first product): a speed choice
+  // that must not change a single bit
+  CHECK_THROWS_AS(ops::sgemm_avx512_force_tile_rows(7), std::invalid_argument);
+  CHECK_THROWS_AS(ops::sgemm_avx512_force_tile_rows(-8), std::invalid_argument);
+  if (!kernel_runs()) {
+    CHECK(ops::sgemm_avx512_tiling().rows == 0);
+    return;
+  }
+  const auto chosen = ops::sgemm_avx512_tiling();
+  CHECK((chosen.rows == 8 || chosen.rows == 12));
+  CHECK((std::string(chosen.how) == "table" || std::string(chosen.how) == "measured"));
+  const int measured = ops::sgemm_avx512_measure_tile_rows();
+  CHECK((measured == 8 || measured == 12));
+  CHECK(ops::sgemm_avx512_tiling().rows == chosen.rows);  // measuring changes no choice
+  std::mt19937 rng(13);
+  std::uniform_real_distribution<float> u(-1.f, 1.f);
+  struct shape {
+    bool ta, tb;
+    i64 m, n, k;
+  };
+  // rows that are and are not whole tiles of 8 and 12 (1 row is a GEMV, not a tile: 2 is the least)
+  for (const shape s : {shape{false, false, 2, 16, 5}, shape{false, true, 13, 40, 37}, shape{true, false, 24, 64, 64},
+                        shape{false, false, 59, 96, 130}, shape{true, false, 35, 33, 8}}) {
+    const i64 lda = s.ta ? s.m : s.k, ldb = s.tb ? s.k : s.n;
+    std::vector<float> a(static_cast<std::size_t>(s.m * s.k)), b(static_cast<std::size_t>(s.n * s.k)),
+        bias(static_cast<std::size_t>(s.n)), c0(static_cast<std::size_t>(s.m * s.n));
+    for (auto* v : {&a, &b, &bias, &c0})
+      for (auto& x : *v) x = u(rng);
+    std::vector<float> by[2] = {c0, c0};
+    for (int t = 0; t < 2; ++t) {
+      ops::sgemm_avx512_force_tile_rows(t == 0 ? 8 : 12);
+      CHECK(ops::sgemm_avx512_tiling().rows == (t == 0 ? 8 : 12));
+      CHECK(std::string(ops::sgemm_avx512_tiling().how) == "forced");
+      REQUIRE(ops::sgemm_avx512(s.ta, s.tb, s.m, s.n, s.k, 1.5f, a.data(), lda, b.data(), ldb, 0.25f, by[t].data(),
+                                s.n, ops::gemm_epilogue{bias.data(), true, nullptr, 0}));
+    }
+    ops::sgemm_avx512_force_tile_rows(0);
+    INFO("ta " << s.ta << " tb " << s.tb << " m " << s.m << " n " << s.n << " k " << s.k);
+    CHECK(by[0] == by[1]);
+    CHECK(by[0] != c0);  // the product was computed
+  }
+  CHECK(ops::sgemm_avx512_tiling().rows == chosen.rows);  // back to the CPU's choice
 }
