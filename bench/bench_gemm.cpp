@@ -7,7 +7,7 @@
 // GFLOP/s.
 //
 //   bench_gemm [--benchmark_filter=REGEX]    (names: <kind>/<TT>/m=..,n=..,k=../loom|loom_r8|loom_r12|
-//                                             loom_bf16|openblas)
+//                                             loom_avx2|loom_bf16|openblas)
 #include <cblas.h>
 
 #include <cstdint>
@@ -38,10 +38,11 @@ const shape shapes[] = {
     {"cube", false, false, 1024, 1024, 1024},
 };
 
-// Whose product a case measures: loom's float GEMM with the tile this CPU chose, or forced to
-// 8 or 12 rows (loom_r8, loom_r12: the same bits, ops/sgemm_avx512.hpp), loom's bf16 GEMM,
-// OpenBLAS.
-enum class kernel { loom, loom_r8, loom_r12, loom_bf16, openblas };
+// Whose product a case measures: loom's float GEMM with the instructions and tile this CPU chose,
+// or forced to AVX-512 tiles of 8 or 12 rows (loom_r8, loom_r12) or to the AVX2 kernel
+// (loom_avx2: what CPUs without AVX-512 run) — all the same bits (ops/sgemm_avx512.hpp); loom's
+// bf16 GEMM; OpenBLAS (set OPENBLAS_CORETYPE=Haswell to compare its AVX2 kernels with loom_avx2).
+enum class kernel { loom, loom_r8, loom_r12, loom_avx2, loom_bf16, openblas };
 
 void run(benchmark::State& state, shape s, kernel who) {
   std::mt19937 rng(1);
@@ -51,7 +52,7 @@ void run(benchmark::State& state, shape s, kernel who) {
       c(static_cast<std::size_t>(s.m * s.n));
   for (auto& x : a) x = u(rng);
   for (auto& x : b) x = u(rng);
-  const bool forced = who == kernel::loom_r8 || who == kernel::loom_r12;
+  const bool forced = who == kernel::loom_r8 || who == kernel::loom_r12 || who == kernel::loom_avx2;
   if ((who == kernel::loom || forced) && !loom::ops::sgemm_avx512_takes(s.ta, s.tb, s.m, s.n, s.k)) {
     state.SkipWithError("loom's GEMM does not take this shape on this CPU (no AVX-512?)");
     return;
@@ -60,6 +61,11 @@ void run(benchmark::State& state, shape s, kernel who) {
     state.SkipWithError("no AVX512_BF16 on this CPU: loom's bf16 GEMM would be its portable loop");
     return;
   }
+  if (who == kernel::loom_avx2 && !__builtin_cpu_supports("avx2")) {
+    state.SkipWithError("no AVX2 on this CPU");
+    return;
+  }
+  if (who == kernel::loom_avx2) loom::ops::sgemm_force_isa(loom::ops::sgemm_isa::avx2);
   loom::ops::sgemm_avx512_force_tile_rows(who == kernel::loom_r8 ? 8 : who == kernel::loom_r12 ? 12 : 0);
   for (auto _ : state) {
     if (who == kernel::loom || forced)
@@ -74,6 +80,7 @@ void run(benchmark::State& state, shape s, kernel who) {
     benchmark::ClobberMemory();
   }
   loom::ops::sgemm_avx512_force_tile_rows(0);
+  loom::ops::sgemm_force_isa(loom::ops::sgemm_isa::cpu);
   state.counters["GFLOP/s"] = benchmark::Counter(2.0 * static_cast<double>(s.m * s.n * s.k) * 1e-9,
                                                   benchmark::Counter::kIsIterationInvariantRate);
 }
@@ -83,10 +90,12 @@ void run(benchmark::State& state, shape s, kernel who) {
 int main(int argc, char** argv) {
   openblas_set_num_threads(1);
   for (const shape& s : shapes)
-    for (kernel who : {kernel::loom, kernel::loom_r8, kernel::loom_r12, kernel::loom_bf16, kernel::openblas}) {
+    for (kernel who :
+         {kernel::loom, kernel::loom_r8, kernel::loom_r12, kernel::loom_avx2, kernel::loom_bf16, kernel::openblas}) {
       const char* suffix = who == kernel::loom       ? "/loom"
                            : who == kernel::loom_r8  ? "/loom_r8"
                            : who == kernel::loom_r12 ? "/loom_r12"
+                           : who == kernel::loom_avx2 ? "/loom_avx2"
                            : who == kernel::loom_bf16 ? "/loom_bf16"
                                                      : "/openblas";
       const std::string name = std::string(s.kind) + "/" + (s.ta ? "T" : "N") + (s.tb ? "T" : "N") +
@@ -95,7 +104,8 @@ int main(int argc, char** argv) {
       bench::measured(benchmark::RegisterBenchmark(name.c_str(), run, s, who), benchmark::kMicrosecond);
     }
   const auto tiling = loom::ops::sgemm_avx512_tiling();
-  benchmark::AddCustomContext("loom sgemm tile", std::to_string(tiling.rows) + " rows x 32 columns (" + tiling.how + ")");
+  benchmark::AddCustomContext("loom sgemm", std::string(tiling.isa) + ", tiles of " + std::to_string(tiling.rows) +
+                                                " rows x 32 columns (" + tiling.how + ")");
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   benchmark::RunSpecifiedBenchmarks();

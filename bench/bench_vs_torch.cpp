@@ -664,7 +664,8 @@ int main(int argc, char** argv) {
       s.memory_plan = true;
     else if (!std::strcmp(argv[i], "--tiling")) {  // loom's float GEMM tile on this CPU (sgemm_avx512.hpp)
       const auto t = ops::sgemm_avx512_tiling();
-      std::printf("%d rows x 32 columns (%s; timed now: %d rows)\n", t.rows, t.how, ops::sgemm_avx512_measure_tile_rows());
+      std::printf("%s, tiles of %d rows x 32 columns (%s; AVX-512 timed now: %d rows)\n", t.isa, t.rows, t.how,
+                  ops::sgemm_avx512_measure_tile_rows());
       return 0;
     } else if (!std::strcmp(argv[i], "--list")) {
       for (const auto& c : cases()) std::printf("%s\n", c.name.c_str());

@@ -78,7 +78,7 @@ LOOM_VECTOR_CLONES void activation_slope(linear_params::act_t act, const T* __re
 
 // y [rows, n] = x [rows, k] · wᵀ with the epilogue (bias, relu, residual) applied by loom's GEMM
 // to each tile while it is in registers, instead of a pass over y after the product: when the
-// product is loom's kernel's (float, AVX-512, more than one row — one row is a GEMV) and the
+// product is loom's kernel's (float, AVX-512 or AVX2, more than one row — one row is a GEMV) and the
 // activation is none or relu (gelu's z must be saved; erf stays in the loop above). The same
 // operations in the same order: the same bits. False, having done nothing, otherwise. With
 // `width`, only columns [j0, j0 + width) of y (its rows stay n long).

@@ -1,21 +1,26 @@
 // loom's single-precision GEMM (see sgemm_avx512.hpp). op(B) is copied one panel of 32 columns
 // at a time into a [K, 32] buffer (the last panel [K, 16] or [K, 32], zero-padded past N) just
 // before its tiles use it, unless B is [K, N] already, N is a multiple of 16 and B's row stride
-// is not a multiple of 4 KiB (only then do its rows all fall on the same cache sets); op(A) is
-// read in place, one element broadcast per row and k. A tile of 8 rows × 32 columns keeps its
-// 16 sums in AVX-512 registers over the whole of K; the columns past a ragged N are masked off
-// when C is read and written, and the caller's epilogue (bias, relu, residual) is applied in
-// registers before the store.
+// is not a multiple of 4 KiB (only then do its rows all fall on the same cache sets); or once for
+// all the row chunks of a product that share it (sgemm_packed_b). op(A) is read in place, one
+// element broadcast per row and k. A tile of 8 rows × 32 columns (12 rows on CPUs that time them
+// faster: sgemm_avx512_tiling) keeps its sums in AVX-512 registers over the whole of K; the
+// columns past a ragged N are masked off when C is read and written, and the caller's epilogue
+// (bias, relu, residual) is applied in registers before the store. CPUs without AVX-512 run the
+// same panels through sgemm_avx2.cpp.
 //
 // Measured on AMD EPYC (Zen 4), 1 thread (bench/bench_gemm, hot caches), against OpenBLAS
 // 0.3.21's sgemm (its Cooperlake kernel): 1.07–1.16× on all 13 shapes there (the tiny and small
 // models' layers and weight gradients, the fused attention's blocks, 1024³), 1.7× on a 16³
 // attention block.
 #include "sgemm_avx512.hpp"
+#include "sgemm_avx2.hpp"
+#include "sgemm_lanes.hpp"
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
 #include <stdexcept>
 #include <string>
 #include <cstdint>
@@ -40,40 +45,12 @@ namespace loom::ops {
 namespace {
 
 using i64 = std::int64_t;
+using avx512_lanes::first_lanes;
+using avx512_lanes::last_lanes;
+using avx512_lanes::put_lanes;
 
 // The largest N and K it takes (see sgemm_avx512.hpp).
 constexpr i64 max_n = 1024, max_k = 1024;
-
-// The first w lanes of a vector of 16 (none for w <= 0, all for w >= 16).
-inline __mmask16 first_lanes(i64 w) { return static_cast<__mmask16>(w >= 16 ? 0xFFFFu : w <= 0 ? 0u : (1u << w) - 1); }
-// The lanes of the last vector of a row of w >= 1 floats.
-inline __mmask16 last_lanes(i64 w) { return first_lanes((w - 1) % 16 + 1); }
-
-// c[j] = alpha · sum + beta · c[j] for the lanes of `keep` (c not read when beta is 0): the
-// epilogue of every tile and GEMV.
-[[gnu::target("avx512f"), gnu::always_inline]] inline __m512 scaled(const float* c, __m512 sum, float alpha, float beta,
-                                                                  __mmask16 keep) {
-  __m512 x = alpha == 1.f ? sum : _mm512_mul_ps(_mm512_set1_ps(alpha), sum);  // the same bits
-  if (beta != 0.f) x = _mm512_fmadd_ps(_mm512_set1_ps(beta), _mm512_maskz_loadu_ps(keep, c), x);
-  return x;
-}
-[[gnu::target("avx512f"), gnu::always_inline]] inline void put_lanes(float* c, __m512 sum, float alpha, float beta,
-                                                                   __mmask16 keep) {
-  _mm512_mask_storeu_ps(c, keep, scaled(c, sum, alpha, beta, keep));
-}
-
-// put_lanes, then the epilogue's bias, relu and residual for row r, columns j.. of a tile, e's
-// pointers at the tile's first column and first element (max(0, y) as std::max(y, 0): y
-// itself when y is NaN or −0).
-[[gnu::target("avx512f"), gnu::always_inline]] inline void put_lanes(float* c, __m512 sum, float alpha, float beta,
-                                                                   __mmask16 keep, const gemm_epilogue& e, i64 r,
-                                                                   i64 j) {
-  __m512 x = scaled(c, sum, alpha, beta, keep);
-  if (e.bias) x = _mm512_add_ps(x, _mm512_maskz_loadu_ps(keep, e.bias + j));
-  if (e.relu) x = _mm512_max_ps(_mm512_setzero_ps(), x);
-  if (e.residual) x = _mm512_add_ps(x, _mm512_maskz_loadu_ps(keep, e.residual + r * e.ldr + j));
-  _mm512_mask_storeu_ps(c, keep, x);
-}
 
 // R rows × 16·NV columns of C from op(A) (element (i, k) at a[i·a_row + k·a_k]) and a panel of
 // op(B) (row k at b + k·ldb, 16·NV floats readable); `last` masks the columns of the last
@@ -182,15 +159,38 @@ template <int NV>
     for (i64 kk = 0; kk < k; ++kk) std::fill(panel + kk * width + w, panel + (kk + 1) * width, 0.f);
 }
 
-const bool has_avx512 = [] {
-  __builtin_cpu_init();  // this runs among the static constructors
-  return __builtin_cpu_supports("avx512f") != 0;
-}();
+const bool has_avx512 = avx512_lanes::cpu_has_avx512();
+
+// The vector instructions the products run on: AVX-512 where the CPU has it, else AVX2 + FMA
+// (ops/sgemm_avx2.cpp: the same panels, the same bits), else none (the BLAS computes them).
+enum class isa_t { none, avx2, avx512 };
+
+std::atomic<int> forced_isa{0};  // 0: the CPU's; else an isa_t forced (sgemm_force_isa)
+
+// The CPU's choice, or LOOM_SGEMM_ISA's when the environment sets it ("avx2" or "avx512": to run
+// a whole program, or the tests, on the other kernel; the same bits).
+isa_t cpu_isa() {
+  static const isa_t isa = [] {
+    const isa_t best = has_avx512 ? isa_t::avx512 : sgemm_avx2::available() ? isa_t::avx2 : isa_t::none;
+    const char* env = std::getenv("LOOM_SGEMM_ISA");
+    if (!env || !*env) return best;
+    const std::string want = env;
+    if (want == "avx512" && has_avx512) return isa_t::avx512;
+    if (want == "avx2" && sgemm_avx2::available()) return isa_t::avx2;
+    throw std::invalid_argument("LOOM_SGEMM_ISA is '" + want + "': it must be avx2 or avx512, and the CPU must have it");
+  }();
+  return isa;
+}
+
+isa_t chosen_isa() {
+  if (const int f = forced_isa.load(std::memory_order_relaxed)) return static_cast<isa_t>(f);
+  return cpu_isa();
+}
 
 }  // namespace
 
 bool sgemm_avx512_takes(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k) {
-  return has_avx512 && !(trans_a && trans_b) && n >= 16 && n <= max_n && k >= 1 && k <= max_k && m >= 1;
+  return chosen_isa() != isa_t::none && !(trans_a && trans_b) && n >= 16 && n <= max_n && k >= 1 && k <= max_k && m >= 1;
 }
 
 namespace {
@@ -198,6 +198,7 @@ namespace {
 constexpr i64 panel_cols = 32;
 
 i64 chosen_tile_rows();
+i64 tile_rows_for(isa_t isa);
 
 // Whether op(B) is copied into panels ([K, 32], the last [K, 16] or [K, 32], zero-padded past N)
 // rather than read in place: unless it is [K, N] already and N needs no padding. Read in place,
@@ -206,24 +207,38 @@ i64 chosen_tile_rows();
 // do not repay the copy) it is copied. Other strides read in place were faster than the copy on
 // AMD EPYC (Zen 4), bench_gemm 1 thread: tiny_dw 108 → 116 GFLOP/s, tiny_dx 113 → 116, small_dx
 // 111 → 114, row strides of 256–768 floats 1–4% faster; a stride of 1024 floats 4% slower.
-bool packs_b(bool trans_b, i64 m, i64 n, i64 ldb) { return trans_b || n % 16 != 0 || (m > 32 && ldb % 1024 == 0); }
+// The AVX2 kernel always copies: its tiles of 3 rows read each panel row for fewer
+// multiply-adds, and from scattered lines that cost more than the copy (same machine, forced
+// AVX2, GFLOP/s in place → copied: tiny_dx 85.6 → 105.7, small_dx 88.6 → 109.7, attn_pv 85.0 →
+// 105.1, small_dw 64.5 → 84.3).
+bool packs_b(isa_t isa, bool trans_b, i64 m, i64 n, i64 ldb) {
+  return isa == isa_t::avx2 || trans_b || n % 16 != 0 || (m > 32 && ldb % 1024 == 0);
+}
 
-// Copies the panel of columns [j0, j0 + w) of op(B) into panel, `width` (16 or 32) wide.
-void pack_panel(bool trans_b, const float* b, i64 ldb, i64 j0, i64 w, i64 k, float* panel, i64 width) {
-  if (trans_b) pack_transposed(b, ldb, j0, w, k, panel, width);
+// Copies the panel of columns [j0, j0 + w) of op(B) into panel, `width` (16 or 32) wide (the same
+// layout from either instruction set).
+void pack_panel(isa_t isa, bool trans_b, const float* b, i64 ldb, i64 j0, i64 w, i64 k, float* panel, i64 width) {
+  if (isa == isa_t::avx2) sgemm_avx2::pack_panel(trans_b, b, ldb, j0, w, k, panel, width);
+  else if (trans_b) pack_transposed(b, ldb, j0, w, k, panel, width);
   else pack_rows(b, ldb, j0, w, k, panel, width);
 }
 
 // The product's tiles of tile_rows_max rows (8 or 12), panel by panel: panel(j0, w, width) gives the panel of columns
 // [j0, j0 + w) of op(B) (width = w rounded up to 16) and its row stride.
 template <class Panel>
-void run_panels(i64 tile_rows_max, bool trans_a, i64 m, i64 n, i64 k, float alpha, const float* a, i64 lda, Panel&& panel, float beta,
+void run_panels(isa_t isa, i64 tile_rows_max, bool trans_a, i64 m, i64 n, i64 k, float alpha, const float* a, i64 lda, Panel&& panel, float beta,
                 float* c, i64 ldc, const gemm_epilogue& epilogue) {
   const i64 a_row = trans_a ? 1 : lda, a_k = trans_a ? lda : 1;
   for (i64 j0 = 0; j0 < n; j0 += panel_cols) {
     const i64 w = std::min(panel_cols, n - j0), width = (w + 15) / 16 * 16;
     const __mmask16 last = last_lanes(w);
     const auto [p, ld] = panel(j0, w, width);
+    if (isa == isa_t::avx2) {
+      const gemm_epilogue e{epilogue.bias ? epilogue.bias + j0 : nullptr, epilogue.relu,
+                            epilogue.residual ? epilogue.residual + j0 : nullptr, epilogue.ldr};
+      sgemm_avx2::panel_tiles(m, w, width, a, a_row, a_k, p, ld, k, c + j0, ldc, alpha, beta, e);
+      continue;
+    }
     for (i64 i0 = 0; i0 < m; i0 += tile_rows_max) {
       const int rows = static_cast<int>(std::min(tile_rows_max, m - i0));
       const gemm_epilogue e{epilogue.bias ? epilogue.bias + j0 : nullptr, epilogue.relu,
@@ -241,14 +256,15 @@ bool sgemm_avx512(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, st
                 std::int64_t lda, const float* b, std::int64_t ldb, float beta, float* c, std::int64_t ldc,
                 const gemm_epilogue& epilogue) {
   if (!sgemm_avx512_takes(trans_a, trans_b, m, n, k)) return false;
-  const bool pack = packs_b(trans_b, m, n, ldb);
+  const isa_t isa = chosen_isa();
+  const bool pack = packs_b(isa, trans_b, m, n, ldb);
   thread_local std::vector<float> buffer;  // nothing else runs on this thread until the product is done
   if (pack) buffer.resize(static_cast<std::size_t>(k * panel_cols));
   run_panels(
-      chosen_tile_rows(), trans_a, m, n, k, alpha, a, lda,
+      isa, tile_rows_for(isa), trans_a, m, n, k, alpha, a, lda,
       [&](i64 j0, i64 w, i64 width) -> std::pair<const float*, i64> {
         if (!pack) return {b + j0, ldb};
-        pack_panel(trans_b, b, ldb, j0, w, k, buffer.data(), width);
+        pack_panel(isa, trans_b, b, ldb, j0, w, k, buffer.data(), width);
         return {buffer.data(), width};
       },
       beta, c, ldc, epilogue);
@@ -292,7 +308,7 @@ double time_rows(i64 rows, int rounds, const float* a, const float* b, float* c)
   for (int r = 0; r < rounds; ++r) {
     const auto t0 = std::chrono::steady_clock::now();
     run_panels(
-        rows, false, 96, 256, 256, 1.f, a, 256,
+        isa_t::avx512, rows, false, 96, 256, 256, 1.f, a, 256,
         [&](i64 j0, i64, i64) -> std::pair<const float*, i64> { return {b + j0, 256}; }, 0.f, c, 256, {});
     best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   }
@@ -332,14 +348,29 @@ i64 chosen_tile_rows() {
   return forced ? forced : cpu_choice().rows;
 }
 
+i64 tile_rows_for(isa_t isa) { return isa == isa_t::avx2 ? sgemm_avx2::tile_rows : chosen_tile_rows(); }
+
 }  // namespace
 
 sgemm_tiling sgemm_avx512_tiling() {
-  if (!has_avx512) return {0, "none"};
+  const isa_t isa = chosen_isa();
+  if (isa == isa_t::none) return {"none", 0, "none"};
+  if (isa == isa_t::avx2) return {"avx2", static_cast<int>(sgemm_avx2::tile_rows), "fixed"};
   const int forced = forced_rows.load(std::memory_order_relaxed);
-  if (forced) return {forced, "forced"};
+  if (forced) return {"avx512", forced, "forced"};
   const tile_choice& c = cpu_choice();
-  return {static_cast<int>(c.rows), c.how};
+  return {"avx512", static_cast<int>(c.rows), c.how};
+}
+
+void sgemm_force_isa(sgemm_isa isa) {
+  if (isa == sgemm_isa::avx512 && !has_avx512)
+    throw std::invalid_argument("sgemm_force_isa: this CPU has no AVX-512");
+  if (isa == sgemm_isa::avx2 && !sgemm_avx2::available())
+    throw std::invalid_argument("sgemm_force_isa: this CPU has no AVX2 and FMA");
+  forced_isa.store(isa == sgemm_isa::cpu      ? 0
+                   : isa == sgemm_isa::avx2   ? static_cast<int>(isa_t::avx2)
+                                              : static_cast<int>(isa_t::avx512),
+                   std::memory_order_relaxed);
 }
 
 int sgemm_avx512_measure_tile_rows() { return has_avx512 ? static_cast<int>(measure_rows()) : 0; }
@@ -354,7 +385,8 @@ void sgemm_avx512_force_tile_rows(int rows) {
 sgemm_packed_b::sgemm_packed_b(bool trans_b, std::int64_t n, std::int64_t k, const float* b, std::int64_t ldb)
     : trans_(trans_b), n_(n), k_(k), b_(b), ldb_(ldb) {
   // as for a product of many rows; the bits do not depend on whether it is packed
-  if (!sgemm_avx512_takes(false, trans_b, 1, n, k) || !packs_b(trans_b, max_n, n, ldb)) return;
+  const isa_t isa = chosen_isa();
+  if (!sgemm_avx512_takes(false, trans_b, 1, n, k) || !packs_b(isa, trans_b, max_n, n, ldb)) return;
   const i64 panels = (n + panel_cols - 1) / panel_cols;
   storage_ = take_packing_buffer<float>();
   if (storage_.size() < static_cast<std::size_t>(panels * panel_cols * k))
@@ -364,7 +396,7 @@ sgemm_packed_b::sgemm_packed_b(bool trans_b, std::int64_t n, std::int64_t k, con
   for_chunks(panels, grain_for(k * panel_cols, 1 << 16), [&](std::int64_t p0, std::int64_t p1) {
     for (i64 p = p0; p < p1; ++p) {
       const i64 j0 = p * panel_cols, w = std::min(panel_cols, n - j0);
-      pack_panel(trans_b, b, ldb, j0, w, k, out + p * panel_cols * k, (w + 15) / 16 * 16);
+      pack_panel(isa, trans_b, b, ldb, j0, w, k, out + p * panel_cols * k, (w + 15) / 16 * 16);
     }
   });
   panels_ = out;
@@ -378,170 +410,21 @@ bool sgemm_avx512(bool trans_a, std::int64_t m, float alpha, const float* a, std
     return sgemm_avx512(trans_a, b.trans_, m, b.n_, b.k_, alpha, a, lda, b.b_, b.ldb_, beta, c, ldc, epilogue);
   if (!sgemm_avx512_takes(trans_a, b.trans_, m, b.n_, b.k_)) return false;
   const i64 k = b.k_;
+  const isa_t isa = chosen_isa();
   run_panels(
-      chosen_tile_rows(), trans_a, m, b.n_, k, alpha, a, lda,
+      isa, tile_rows_for(isa), trans_a, m, b.n_, k, alpha, a, lda,
       [&](i64 j0, i64, i64 width) -> std::pair<const float*, i64> { return {b.panels_ + j0 * k, width}; }, beta, c,
       ldc, epilogue);
   return true;
 }
 
-namespace {
-
-// The 16 lanes of each of a[0..3] added up, in lanes 0..3: the tree of GCC's
-// _mm512_reduce_add_ps (halves of 256, then of 128 bits, then lanes 0 + 2 and 1 + 3, then those
-// two), for four vectors at once and without a trip through memory. Reading four scalars
-// stored one by one back as a vector stalls the load until the stores retire (no store
-// forwarding): ~14% of a decoding step's GEMV time [AMD EPYC].
-[[gnu::target("avx512f"), gnu::always_inline]] inline __m128 add_lanes4(const __m512 (&a)[4]) {
-  __m128 q[4];
-  for (int r = 0; r < 4; ++r) {
-    const __m256 h = _mm256_add_ps(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a[r]), 1)),
-                                   _mm512_castps512_ps256(a[r]));  // AVX-512F only
-    q[r] = _mm_add_ps(_mm256_extractf128_ps(h, 1), _mm256_castps256_ps128(h));
-  }
-  // [x0 + x2, x1 + x3] of rows 0 and 1, then of rows 2 and 3
-  const __m128 p01 = _mm_add_ps(_mm_shuffle_ps(q[0], q[1], _MM_SHUFFLE(1, 0, 1, 0)),
-                                _mm_shuffle_ps(q[0], q[1], _MM_SHUFFLE(3, 2, 3, 2)));
-  const __m128 p23 = _mm_add_ps(_mm_shuffle_ps(q[2], q[3], _MM_SHUFFLE(1, 0, 1, 0)),
-                                _mm_shuffle_ps(q[2], q[3], _MM_SHUFFLE(3, 2, 3, 2)));
-  return _mm_add_ps(_mm_shuffle_ps(p01, p23, _MM_SHUFFLE(2, 0, 2, 0)), _mm_shuffle_ps(p01, p23, _MM_SHUFFLE(3, 1, 3, 1)));
-}
-
-// s += row[at, at + 16) ⊙ x[at, at + 16), the lanes past k masked off.
-[[gnu::target("avx512f"), gnu::always_inline]] inline __m512 block_fma(const float* row, const float* x, i64 at, i64 k,
-                                                                     __m512 s) {
-  const __mmask16 keep = first_lanes(k - at);
-  return _mm512_fmadd_ps(_mm512_maskz_loadu_ps(keep, row + at), _mm512_maskz_loadu_ps(keep, x + at), s);
-}
-
-// One row's x · row in 16 lanes: its 16-float block q into partial sum q mod 4, in order, the
-// partial sums then added as (s0 + s1) + (s2 + s3).
-[[gnu::target("avx512f"), gnu::always_inline]] inline __m512 row_lanes(const float* row, const float* x, i64 k) {
-  __m512 s0 = _mm512_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
-  i64 kk = 0;
-  for (; kk + 64 <= k; kk += 64) {
-    s0 = _mm512_fmadd_ps(_mm512_loadu_ps(row + kk), _mm512_loadu_ps(x + kk), s0);
-    s1 = _mm512_fmadd_ps(_mm512_loadu_ps(row + kk + 16), _mm512_loadu_ps(x + kk + 16), s1);
-    s2 = _mm512_fmadd_ps(_mm512_loadu_ps(row + kk + 32), _mm512_loadu_ps(x + kk + 32), s2);
-    s3 = _mm512_fmadd_ps(_mm512_loadu_ps(row + kk + 48), _mm512_loadu_ps(x + kk + 48), s3);
-  }
-  if (kk < k) s0 = block_fma(row, x, kk, k, s0);  // the last 1 to 63 of k
-  if (kk + 16 < k) s1 = block_fma(row, x, kk + 16, k, s1);
-  if (kk + 32 < k) s2 = block_fma(row, x, kk + 32, k, s2);
-  if (kk + 48 < k) s3 = block_fma(row, x, kk + 48, k, s3);
-  return _mm512_add_ps(_mm512_add_ps(s0, s1), _mm512_add_ps(s2, s3));
-}
-
-// Rows j.. of dot_rows' c, `rows` of them (1 to 4; a short group repeats its last row of b),
-// each summed in 16 lanes, whose lanes add_lanes4 then adds up. RowWise (k >= 64): one row after
-// the other (row_lanes), so that b is read as one stream. Else the four rows side by side, each
-// over k in order: for short rows (the attention's 32 floats) the four sums share one pass.
-// Four rows side by side are four streams 4·ldb bytes apart, which the prefetchers serve worse:
-// the decoding step's nine weight GEMVs (7.3 MB from the last-level cache) took 87 µs so, 81 µs
-// row by row, against 74 µs for reading the bytes alone [AMD EPYC].
-template <bool RowWise>
-[[gnu::target("avx512f"), gnu::always_inline]] inline void dot_group(i64 j, int rows, i64 k, float alpha, const float* x,
-                                                                   const float* b, i64 ldb, float beta, float* c) {
-  const float* br[4];
-  for (int r = 0; r < 4; ++r) br[r] = b + (j + std::min(r, rows - 1)) * ldb;
-  __m512 t[4];
-  if constexpr (RowWise) {
-#pragma GCC unroll 4
-    for (int r = 0; r < 4; ++r) t[r] = row_lanes(br[r], x, k);
-  } else {
-    for (int r = 0; r < 4; ++r) t[r] = _mm512_setzero_ps();
-    const i64 full = k / 16 * 16;
-    for (i64 kk = 0; kk < full; kk += 16) {
-      const __m512 xv = _mm512_loadu_ps(x + kk);
-#pragma GCC unroll 4
-      for (int r = 0; r < 4; ++r) t[r] = _mm512_fmadd_ps(_mm512_loadu_ps(br[r] + kk), xv, t[r]);
-    }
-    if (const __mmask16 tail = first_lanes(k - full)) {
-      const __m512 xv = _mm512_maskz_loadu_ps(tail, x + full);
-#pragma GCC unroll 4
-      for (int r = 0; r < 4; ++r) t[r] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(tail, br[r] + full), xv, t[r]);
-    }
-  }
-  put_lanes(c + j, _mm512_zextps128_ps512(add_lanes4(t)), alpha, beta, first_lanes(rows));
-}
-
-template <bool RowWise>
-[[gnu::target("avx512f")]] void dot_groups(i64 n, i64 k, float alpha, const float* x, const float* b, i64 ldb,
-                                           float beta, float* c) {
-  i64 j = 0;
-  for (; j + 4 <= n; j += 4) dot_group<RowWise>(j, 4, k, alpha, x, b, ldb, beta, c);  // rows a constant
-  if (j < n) dot_group<RowWise>(j, static_cast<int>(n - j), k, alpha, x, b, ldb, beta, c);
-}
-
-// c[j] = x · b[j] (rows of b [N, K], dot products), four rows at a time (dot_group); every row's
-// sum depends on k and its own numbers only, so any split of the rows gives the same bits. Row
-// by row x is read once per row: it is best 64-byte aligned (ops::gemm passes it so).
-[[gnu::target("avx512f")]] void dot_rows(i64 n, i64 k, float alpha, const float* x, const float* b, i64 ldb,
-                                         float beta, float* c) {
-  if (k >= 64) dot_groups<true>(n, k, alpha, x, b, ldb, beta, c);
-  else dot_groups<false>(n, k, alpha, x, b, ldb, beta, c);
-}
-
-// s[v] += x_k · row[16 v ..]: V vectors, the last masked by `last` when Tail.
-template <int V, bool Tail>
-[[gnu::target("avx512f"), gnu::always_inline]] inline void combine_step(__m512 (&s)[V], float xk, const float* row,
-                                                                      __mmask16 last) {
-  const __m512 xv = _mm512_set1_ps(xk);
-#pragma GCC unroll 4
-  for (int v = 0; v < V; ++v)
-    s[v] = _mm512_fmadd_ps(xv, Tail && v == V - 1 ? _mm512_maskz_loadu_ps(last, row + 16 * v) : _mm512_loadu_ps(row + 16 * v),
-                           s[v]);
-}
-
-// Columns j.. of combine_rows' c: V vectors of 16, the last masked by `last` when Tail, each
-// summed over k in order. The vectors of a group share one pass over k: a vector on its own is
-// one chain of multiply-adds, each waiting ~4 cycles for the one before (decoding's attention,
-// p · V with 32 columns, was two such passes).
-template <int V, bool Tail>
-[[gnu::target("avx512f"), gnu::always_inline]] inline void combine_group(i64 j, __mmask16 last, i64 k, float alpha,
-                                                                       const float* x, const float* b, i64 ldb,
-                                                                       float beta, float* c) {
-  __m512 s[V];
-#pragma GCC unroll 4
-  for (int v = 0; v < V; ++v) s[v] = _mm512_setzero_ps();
-  for (i64 kk = 0; kk < k; ++kk) combine_step<V, Tail>(s, x[kk], b + kk * ldb + j, last);
-#pragma GCC unroll 4
-  for (int v = 0; v < V; ++v) put_lanes(c + j + 16 * v, s[v], alpha, beta, Tail && v == V - 1 ? last : __mmask16(0xFFFF));
-}
-
-// c[j] = Σ_k x[k] · b[k, j] (b [K, N]): 64 columns at a time, then the 1 to 63 left.
-[[gnu::target("avx512f")]] void combine_rows(i64 n, i64 k, float alpha, const float* x, const float* b, i64 ldb,
-                                             float beta, float* c) {
-  i64 j = 0;
-  for (; j + 64 <= n; j += 64) combine_group<4, false>(j, 0xFFFF, k, alpha, x, b, ldb, beta, c);
-  const i64 left = n - j;
-  const __mmask16 last = last_lanes(left);
-  switch ((left + 15) / 16) {
-    case 1: combine_group<1, true>(j, last, k, alpha, x, b, ldb, beta, c); break;
-    case 2: combine_group<2, true>(j, last, k, alpha, x, b, ldb, beta, c); break;
-    case 3: combine_group<3, true>(j, last, k, alpha, x, b, ldb, beta, c); break;
-    case 4: combine_group<4, true>(j, last, k, alpha, x, b, ldb, beta, c); break;
-    default: break;  // none left
-  }
-}
-
-}  // namespace
-
-bool sgemv_avx512(bool trans_b, std::int64_t n, std::int64_t k, float alpha, const float* x, const float* b,
-                  std::int64_t ldb, float beta, float* c) {
-  if (!has_avx512 || n < 1 || k < 1) return false;
-  if (trans_b) dot_rows(n, k, alpha, x, b, ldb, beta, c);
-  else combine_rows(n, k, alpha, x, b, ldb, beta, c);
-  return true;
-}
-
 #else
 
-bool sgemv_avx512(bool, std::int64_t, std::int64_t, float, const float*, const float*, std::int64_t, float, float*) {
-  return false;
-}
 bool sgemm_avx512_takes(bool, bool, std::int64_t, std::int64_t, std::int64_t) { return false; }
-sgemm_tiling sgemm_avx512_tiling() { return {0, "none"}; }
+sgemm_tiling sgemm_avx512_tiling() { return {"none", 0, "none"}; }
+void sgemm_force_isa(sgemm_isa isa) {
+  if (isa != sgemm_isa::cpu) throw std::invalid_argument("sgemm_force_isa: loom's GEMM has no vector kernel on this CPU");
+}
 int sgemm_avx512_measure_tile_rows() { return 0; }
 void sgemm_avx512_force_tile_rows(int rows) {
   if (rows != 0 && rows != 8 && rows != 12)

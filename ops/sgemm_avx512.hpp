@@ -1,5 +1,7 @@
 // loom's own single-precision GEMM for the layer-sized products of loom's models (N and K up to
-// 1024), where OpenBLAS 0.3.21 repacks both operands at every call. Private to ops/.
+// 1024), where OpenBLAS 0.3.21 repacks both operands at every call: AVX-512 tiles where the CPU
+// has AVX-512, AVX2 + FMA tiles (ops/sgemm_avx2.hpp) where it has only those, the same bits on
+// both. The name is the AVX-512 kernel's, which came first. Private to ops/.
 #pragma once
 
 #include <cstdint>
@@ -7,16 +9,21 @@
 
 namespace loom::ops {
 
-/// Whether sgemm_avx512 computes products of this shape on this CPU.
+/// Whether sgemm_avx512 computes products of this shape on this CPU (with AVX-512 or AVX2 + FMA).
 bool sgemm_avx512_takes(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k);
 
-/// The shape of sgemm_avx512's tiles in this process: rows × 32 columns of C in registers, rows
-/// 8 or 12 (0 without AVX-512), and how it was chosen: "table" (a CPU measured beforehand: AMD
-/// family 25, Zen 4, takes 8), "measured" (any other CPU: both shapes timed on the first product,
-/// the faster kept), "forced" (sgemm_avx512_force_tile_rows) or "none". Every element of C has the
-/// same bits under either shape: the choice is speed only. Asking makes the choice if no product
-/// has yet.
+/// The instructions and the tile of sgemm_avx512's products in this process: isa "avx512",
+/// "avx2" (AVX2 + FMA, on CPUs without AVX-512: ops/sgemm_avx2.hpp) or "none" (neither: the BLAS
+/// computes every product); rows × 32 columns of C in registers, rows 8 or 12 with AVX-512, 3
+/// with AVX2, 0 with none; and how the rows were chosen: "table" (a CPU measured beforehand: AMD
+/// family 25, Zen 4, takes 8), "measured" (any other AVX-512 CPU: both shapes timed on the first
+/// product, the faster kept), "forced" (sgemm_avx512_force_tile_rows), "fixed" (AVX2) or "none".
+/// Every element of C has the same bits under any of them: the choice is speed only. Asking makes
+/// the choice if no product has yet. The environment variable LOOM_SGEMM_ISA=avx2 (or avx512)
+/// makes a process use that kernel (std::invalid_argument from the first product when the value
+/// is neither or the CPU lacks it).
 struct sgemm_tiling {
+  const char* isa;
   int rows;
   const char* how;
 };
@@ -26,6 +33,14 @@ sgemm_tiling sgemm_avx512_tiling();
 /// [256, 256] product, a few alternating rounds, about a millisecond), and returns the rows of
 /// the faster: 12 only when at least 3% faster than 8. 0 without AVX-512. Changes no choice.
 int sgemm_avx512_measure_tile_rows();
+
+/// Which instructions sgemm_force_isa makes the products use: the CPU's choice, AVX2 + FMA, or
+/// AVX-512.
+enum class sgemm_isa { cpu, avx2, avx512 };
+
+/// Makes the products that start from now on run on `isa` (for tests and benchmarks: the AVX2
+/// kernel on an AVX-512 CPU; the same bits). std::invalid_argument when the CPU lacks it.
+void sgemm_force_isa(sgemm_isa isa);
 
 /// Makes the products that start from now on use tiles of `rows` rows (8 or 12; 0: back to the
 /// CPU's choice), for tests and benchmarks. std::invalid_argument for any other value.
@@ -52,13 +67,14 @@ struct gemm_epilogue {
 };
 
 /// C[M,N] = alpha · op(A) · op(B) + beta · C, then the epilogue (row-major; C is not read when beta is 0) when
-/// the CPU has AVX-512 and the shape suits: 16 ≤ N ≤ 1024, 1 ≤ K ≤ 1024, not both operands
+/// the CPU has AVX-512 or AVX2 + FMA (sgemm_avx512_tiling) and the shape suits: 16 ≤ N ≤ 1024, 1 ≤ K ≤ 1024, not both operands
 /// transposed. Returns false, having touched nothing, otherwise (the caller
 /// then asks the BLAS).
 ///
 /// Every element of C is one chain of fused multiply-adds over k in order, so its bits depend
 /// only on its row of op(A), its column of op(B), alpha, beta and its old value: never on M,
-/// on N, on how the caller splits the rows, or on the thread count.
+/// on N, on how the caller splits the rows, the thread count, the tile's shape, or whether the CPU
+/// runs the AVX-512 or the AVX2 kernel.
 bool sgemm_avx512(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k, float alpha, const float* a,
                 std::int64_t lda, const float* b, std::int64_t ldb, float beta, float* c, std::int64_t ldc,
                 const gemm_epilogue& epilogue = {});

@@ -66,11 +66,12 @@ double worst_error(const product& p, bool nan_in_c) {
   return worst;
 }
 
-// Whether loom's kernel runs on this CPU (AVX-512); if not, says that the calling case checks
-// nothing (the BLAS computes its products, with no promise about their bits).
+// Whether loom's kernel runs on this CPU (AVX-512, or AVX2 and FMA); if not, says that the
+// calling case checks nothing (the BLAS computes its products, with no promise about their bits).
 bool kernel_runs() {
-  if (__builtin_cpu_supports("avx512f")) return true;
-  WARN("no AVX-512 on this CPU: loom's kernel is not used, this case checks nothing");
+  if (__builtin_cpu_supports("avx512f") || (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")))
+    return true;
+  WARN("neither AVX-512 nor AVX2 + FMA on this CPU: loom's kernel is not used, this case checks nothing");
   return false;
 }
 
@@ -227,7 +228,9 @@ TEST_CASE("op(B) packed once gives every row chunk the bits of the unpacked prod
       for (auto& x : *v) x = u(rng);
     const ops::sgemm_packed_b packed(s.tb, s.n, s.k, b.data(), s.ldb);
     INFO("ta " << s.ta << " tb " << s.tb << " n " << s.n << " k " << s.k << " ldb " << s.ldb);
-    CHECK(packed.packed() == (s.tb || s.n % 16 != 0 || s.ldb % 1024 == 0));
+    // the AVX2 kernel (CPUs without AVX-512) packs every operand
+    CHECK(packed.packed() ==
+          (std::string(ops::sgemm_avx512_tiling().isa) == "avx2" || s.tb || s.n % 16 != 0 || s.ldb % 1024 == 0));
     CHECK(packed.count() == s.n);
     CHECK(packed.k() == s.k);
     for (const float beta : {0.f, 0.5f})
@@ -259,11 +262,17 @@ TEST_CASE("tiles of 8 and of 12 rows give every element the same bits, and only 
   // that must not change a single bit
   CHECK_THROWS_AS(ops::sgemm_avx512_force_tile_rows(7), std::invalid_argument);
   CHECK_THROWS_AS(ops::sgemm_avx512_force_tile_rows(-8), std::invalid_argument);
-  if (!kernel_runs()) {
-    CHECK(ops::sgemm_avx512_tiling().rows == 0);
+  if (!__builtin_cpu_supports("avx512f")) {  // AVX2 (3 rows, fixed) or no kernel at all
+    const auto t = ops::sgemm_avx512_tiling();
+    CHECK(std::string(t.isa) == (kernel_runs() ? "avx2" : "none"));
+    CHECK(t.rows == (kernel_runs() ? 3 : 0));
+    CHECK(ops::sgemm_avx512_measure_tile_rows() == 0);
+    CHECK_THROWS_AS(ops::sgemm_avx512_force_tile_rows(12), std::invalid_argument);
     return;
   }
+  ops::sgemm_force_isa(ops::sgemm_isa::avx512);  // even when LOOM_SGEMM_ISA=avx2 runs the tests
   const auto chosen = ops::sgemm_avx512_tiling();
+  CHECK(std::string(chosen.isa) == "avx512");
   CHECK((chosen.rows == 8 || chosen.rows == 12));
   CHECK((std::string(chosen.how) == "table" || std::string(chosen.how) == "measured"));
   const int measured = ops::sgemm_avx512_measure_tile_rows();
@@ -297,4 +306,58 @@ TEST_CASE("tiles of 8 and of 12 rows give every element the same bits, and only 
     CHECK(by[0] != c0);  // the product was computed
   }
   CHECK(ops::sgemm_avx512_tiling().rows == chosen.rows);  // back to the CPU's choice
+  ops::sgemm_force_isa(ops::sgemm_isa::cpu);
+}
+
+TEST_CASE("the AVX2 kernel gives every element the bits of the AVX-512 kernel, packed, in place and with the epilogue") {
+  // CPUs without AVX-512 run loom's AVX2 kernel: the same panels and the same chain of FMAs per
+  // element, so a model gives the same bits on either kind of CPU. Both run here only on a CPU
+  // with AVX-512.
+  if (!__builtin_cpu_supports("avx512f")) {
+    SUCCEED("no AVX-512 on this CPU: nothing to compare the AVX2 kernel with");
+    return;
+  }
+  const std::string own = ops::sgemm_avx512_tiling().isa;  // avx512, or avx2 under LOOM_SGEMM_ISA
+  std::mt19937 rng(17);
+  std::uniform_real_distribution<float> u(-1.f, 1.f);
+  struct shape {
+    bool ta, tb;
+    i64 m, n, k, ldb;
+  };
+  // transposed B (8 × 8 blocks and ragged edges: n 45, k 21), in place (n a multiple of 16),
+  // ragged n packed from rows (n 37: lanes past 32 + 5), a 4 KiB stride, op(A) transposed, one
+  // panel of 16 columns, K = 1, and K beyond the AVX2 kernel's blocks of 128 (300, 257: the sums
+  // carried from block to block)
+  for (const shape s : {shape{false, true, 10, 45, 21, 21 + 2}, shape{false, false, 7, 64, 33, 64 + 16},
+                        shape{false, false, 40, 37, 19, 37}, shape{true, false, 50, 48, 30, 1024},
+                        shape{true, false, 5, 16, 9, 16}, shape{false, true, 4, 96, 1, 1},
+                        shape{true, false, 20, 40, 300, 40}, shape{false, true, 11, 33, 257, 257}}) {
+    const i64 lda = s.ta ? s.m : s.k, ldc = s.n + 3;
+    std::vector<float> a(static_cast<std::size_t>(s.m * s.k)), b(static_cast<std::size_t>((s.tb ? s.n : s.k) * s.ldb)),
+        bias(static_cast<std::size_t>(s.n)), res(static_cast<std::size_t>(s.m * ldc)), c0(static_cast<std::size_t>(s.m * ldc));
+    for (auto* v : {&a, &b, &bias, &res, &c0})
+      for (auto& x : *v) x = u(rng);
+    c0[0] = std::numeric_limits<float>::quiet_NaN();  // beta · NaN, and relu of NaN
+    for (const float beta : {0.f, -0.5f})
+      for (const bool relu : {false, true}) {
+        const ops::gemm_epilogue e{bias.data(), relu, relu ? nullptr : res.data(), ldc};
+        std::vector<float> by[2] = {c0, c0}, packed[2] = {c0, c0};
+        for (int t = 0; t < 2; ++t) {
+          ops::sgemm_force_isa(t == 0 ? ops::sgemm_isa::avx512 : ops::sgemm_isa::avx2);
+          CHECK(std::string(ops::sgemm_avx512_tiling().isa) == (t == 0 ? "avx512" : "avx2"));
+          REQUIRE(ops::sgemm_avx512(s.ta, s.tb, s.m, s.n, s.k, 1.25f, a.data(), lda, b.data(), s.ldb, beta, by[t].data(),
+                                    ldc, e));
+          const ops::sgemm_packed_b pb(s.tb, s.n, s.k, b.data(), s.ldb);
+          REQUIRE(ops::sgemm_avx512(s.ta, s.m, 1.25f, a.data(), lda, pb, beta, packed[t].data(), ldc, e));
+        }
+        ops::sgemm_force_isa(ops::sgemm_isa::cpu);
+        INFO("ta " << s.ta << " tb " << s.tb << " m " << s.m << " n " << s.n << " k " << s.k << " beta " << beta
+                   << " relu " << relu);
+        CHECK(std::memcmp(by[0].data(), by[1].data(), by[0].size() * sizeof(float)) == 0);  // NaNs included
+        CHECK(std::memcmp(packed[0].data(), packed[1].data(), by[0].size() * sizeof(float)) == 0);
+        CHECK(std::memcmp(by[0].data(), packed[0].data(), by[0].size() * sizeof(float)) == 0);
+        CHECK(by[1][1] != c0[1]);  // computed
+      }
+  }
+  CHECK(ops::sgemm_avx512_tiling().isa == own);  // back to the process's choice
 }

@@ -1,0 +1,57 @@
+// The AVX-512 pieces shared by loom's float GEMM and GEMV (sgemm_avx512.cpp, sgemv_avx512.cpp):
+// lane masks, and the store of a finished sum with alpha, beta and the epilogue. Private to ops/.
+#pragma once
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+
+#include <cstdint>
+
+#include "sgemm_avx512.hpp"  // gemm_epilogue
+
+namespace loom::ops::avx512_lanes {
+
+using i64 = std::int64_t;
+
+/// Whether the CPU has AVX-512F (asked once).
+inline bool cpu_has_avx512() {
+  static const bool has = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f") != 0;
+  }();
+  return has;
+}
+
+/// The first w lanes of a vector of 16 (none for w <= 0, all for w >= 16).
+inline __mmask16 first_lanes(i64 w) { return static_cast<__mmask16>(w >= 16 ? 0xFFFFu : w <= 0 ? 0u : (1u << w) - 1); }
+// The lanes of the last vector of a row of w >= 1 floats.
+inline __mmask16 last_lanes(i64 w) { return first_lanes((w - 1) % 16 + 1); }
+
+// c[j] = alpha · sum + beta · c[j] for the lanes of `keep` (c not read when beta is 0): the
+// epilogue of every tile and GEMV.
+[[gnu::target("avx512f"), gnu::always_inline]] inline __m512 scaled(const float* c, __m512 sum, float alpha, float beta,
+                                                                  __mmask16 keep) {
+  __m512 x = alpha == 1.f ? sum : _mm512_mul_ps(_mm512_set1_ps(alpha), sum);  // the same bits
+  if (beta != 0.f) x = _mm512_fmadd_ps(_mm512_set1_ps(beta), _mm512_maskz_loadu_ps(keep, c), x);
+  return x;
+}
+[[gnu::target("avx512f"), gnu::always_inline]] inline void put_lanes(float* c, __m512 sum, float alpha, float beta,
+                                                                   __mmask16 keep) {
+  _mm512_mask_storeu_ps(c, keep, scaled(c, sum, alpha, beta, keep));
+}
+
+// put_lanes, then the epilogue's bias, relu and residual for row r, columns j.. of a tile, e's
+// pointers at the tile's first column and first element (max(0, y) as std::max(y, 0): y
+// itself when y is NaN or −0).
+[[gnu::target("avx512f"), gnu::always_inline]] inline void put_lanes(float* c, __m512 sum, float alpha, float beta,
+                                                                   __mmask16 keep, const gemm_epilogue& e, i64 r,
+                                                                   i64 j) {
+  __m512 x = scaled(c, sum, alpha, beta, keep);
+  if (e.bias) x = _mm512_add_ps(x, _mm512_maskz_loadu_ps(keep, e.bias + j));
+  if (e.relu) x = _mm512_max_ps(_mm512_setzero_ps(), x);
+  if (e.residual) x = _mm512_add_ps(x, _mm512_maskz_loadu_ps(keep, e.residual + r * e.ldr + j));
+  _mm512_mask_storeu_ps(c, keep, x);
+}
+
+}  // namespace loom::ops::avx512_lanes
+#endif
