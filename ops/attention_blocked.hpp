@@ -7,17 +7,84 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <type_traits>
+#include <vector>
 
 #include "attention_lanes.hpp"
 #include "blas.hpp"
 #include "loom/core/parallel.hpp"
+#include "packing_pool.hpp"
+#include "sgemm_avx512.hpp"
 
 namespace loom::ops {
 namespace fused_attention {  // named, not anonymous: the kernels' lambdas capture these types
 
-// Rows [r0, r1) of entry n: the online softmax over key blocks, then o and the row lse.
+// ---- keys and values packed once per entry ----
+//
+// The blocked kernels multiply by Kᵀ (the scores) and, in the backward, by Vᵀ (dp) one key block
+// at a time, for every query block: each call copied that block of K or V into the GEMM's panels
+// again, 8 times per entry at 1024 rows. In float (loom's GEMM), the whole of an entry's Kᵀ or Vᵀ
+// is now copied into panels once, and each key block reads its slice (a key block starting at a
+// multiple of 32; others, and bf16 products, take the per-call path). Same bits: the GEMM
+// computes each element from its row and column alone (sgemm_avx512.hpp).
+
+/// c = alpha · x · op(B)[:, j0, j0 + w) from op(B) packed by pack_rows_t (n columns in all): true;
+/// false (the caller calls gemm) when not float, not packed, or the GEMM does not take the slice.
 template <class T>
-LOOM_VECTOR_CLONES void forward_rows(const problem<T>& pr, T* out, T* lse, std::int64_t n, std::int64_t r0, std::int64_t r1) {
+bool from_panels(const T* panels, std::int64_t n, std::int64_t rows, std::int64_t w, std::int64_t k, T alpha,
+                 const T* x, std::int64_t ldx, std::int64_t j0, T* c, std::int64_t ldc) {
+  if constexpr (std::is_same_v<T, float>)
+    return panels && sgemm_avx512_panels(rows, w, k, alpha, x, ldx, panels, n, j0, 0.f, c, ldc);
+  else
+    return false;
+}
+
+/// Entry n's xᵀ (x: [keys, cols], keys the columns of op(B)) into panels at `out` (the caller's
+/// buffer of sgemm_panels_size(x.rows, x.cols) floats): true; false when not float or the GEMM
+/// does not take it.
+template <class T>
+bool pack_rows_t(const operand<const T>& x, std::int64_t n, T* out) {
+  if constexpr (std::is_same_v<T, float>) return sgemm_pack_panels(true, x.rows, x.cols, x.at(n, 0), x.ld, out);
+  else return false;
+}
+
+/// Kᵀ of every entry in panels, made once for all the query blocks of a forward (float only;
+/// empty otherwise, and when an entry has one query block: nothing would be copied twice).
+template <class T>
+class packed_keys {
+ public:
+  packed_keys(const problem<T>& pr, bool worth) {
+    if constexpr (std::is_same_v<T, float>) {
+      if (!worth || pr.bf16 || !sgemm_avx512_takes(false, true, 2, pr.keys, pr.d)) return;
+      stride_ = sgemm_panels_size(pr.keys, pr.d);
+      buf_ = take_packing_buffer<float>();
+      if (buf_.size() < static_cast<std::size_t>(pr.N * stride_)) buf_.resize(static_cast<std::size_t>(pr.N * stride_));
+      for_chunks(pr.N, 1, [&](std::int64_t n0, std::int64_t n1) {
+        for (std::int64_t n = n0; n < n1; ++n) pack_rows_t(pr.k, n, buf_.data() + n * stride_);
+      });
+    }
+  }
+  ~packed_keys() {
+    if constexpr (std::is_same_v<T, float>) give_packing_buffer(std::move(buf_));
+  }
+  packed_keys(const packed_keys&) = delete;
+  packed_keys& operator=(const packed_keys&) = delete;
+  /// Entry n's panels, or null.
+  const T* of(std::int64_t n) const {
+    if constexpr (std::is_same_v<T, float>) return stride_ ? buf_.data() + n * stride_ : nullptr;
+    else return nullptr;
+  }
+
+ private:
+  std::vector<float> buf_;
+  std::int64_t stride_ = 0;
+};
+
+// Rows [r0, r1) of entry n: the online softmax over key blocks, then o and the row lse. kt: entry
+// n's Kᵀ in panels (packed_keys), or null.
+template <class T>
+LOOM_VECTOR_CLONES void forward_rows(const problem<T>& pr, T* out, T* lse, std::int64_t n, std::int64_t r0, std::int64_t r1,
+                                     const T* kt = nullptr) {
   const T neg_inf = -std::numeric_limits<T>::infinity();
   const std::int64_t rows = r1 - r0, dv = pr.dv;
   T* s = scratch<T>(static_cast<std::size_t>(rows * (key_block + dv + 2)));
@@ -33,8 +100,9 @@ LOOM_VECTOR_CLONES void forward_rows(const problem<T>& pr, T* out, T* lse, std::
     // s's rows are padded to whole vectors (−∞ past w, which e^ turns into +0) so that the max,
     // the exponentials and their sum run without a scalar tail
     const std::int64_t ws = (w + lanes - 1) / lanes * lanes;
-    gemm<T>(false, true, rows, w, pr.d, static_cast<T>(pr.p->scale), pr.q.at(n, r0), pr.q.ld, pr.k.at(n, j0), pr.k.ld,
-            T(0), s, ws, pr.bf16);
+    if (!from_panels(kt, pr.keys, rows, w, pr.d, static_cast<T>(pr.p->scale), pr.q.at(n, r0), pr.q.ld, j0, s, ws))
+      gemm<T>(false, true, rows, w, pr.d, static_cast<T>(pr.p->scale), pr.q.at(n, r0), pr.q.ld, pr.k.at(n, j0), pr.k.ld,
+              T(0), s, ws, pr.bf16);
     for (std::int64_t ri = 0; ri < rows; ++ri) {
       T* row = s + ri * ws;
       pr.masks.apply(n, r0 + ri, j0, j1, row);
@@ -79,6 +147,18 @@ LOOM_VECTOR_CLONES void backward_entry(const problem<T>& pr, const operand<const
   for (T* g : dmask) any_dmask = any_dmask || g;
   const T neg_inf = -std::numeric_limits<T>::infinity();
   const T c = static_cast<T>(pr.p->scale);
+  // float, more than one query block: Kᵀ and Vᵀ in panels once for all of them (see above)
+  thread_local std::vector<T> kv_panels;
+  const T* kt = nullptr;
+  const T* vt = nullptr;
+  if constexpr (std::is_same_v<T, float>) {
+    if (!pr.bf16 && pr.rows > query_block) {
+      const std::int64_t nk = sgemm_panels_size(pr.keys, pr.d), nv = sgemm_panels_size(pr.keys, pr.dv);
+      if (kv_panels.size() < static_cast<std::size_t>(nk + nv)) kv_panels.resize(static_cast<std::size_t>(nk + nv));
+      if (pack_rows_t(pr.k, n, kv_panels.data())) kt = kv_panels.data();
+      if ((dq.base || dk.base || any_dmask) && pack_rows_t(pr.v, n, kv_panels.data() + nk)) vt = kv_panels.data() + nk;
+    }
+  }
   for (std::int64_t r0 = 0; r0 < pr.rows; r0 += query_block) {
     const std::int64_t r1 = std::min(pr.rows, r0 + query_block), rows = r1 - r0;
     T* p = scratch<T>(static_cast<std::size_t>(rows * (3 * key_block + 1)));
@@ -89,7 +169,8 @@ LOOM_VECTOR_CLONES void backward_entry(const problem<T>& pr, const operand<const
     const auto [klo, khi] = pr.key_span(n, r0, r1);
     for (std::int64_t j0 = klo; j0 < khi; j0 += key_block) {
       const std::int64_t j1 = std::min(khi, j0 + key_block), w = j1 - j0;
-      gemm<T>(false, true, rows, w, pr.d, c, pr.q.at(n, r0), pr.q.ld, pr.k.at(n, j0), pr.k.ld, T(0), p, w, pr.bf16);
+      if (!from_panels(kt, pr.keys, rows, w, pr.d, c, pr.q.at(n, r0), pr.q.ld, j0, p, w))
+        gemm<T>(false, true, rows, w, pr.d, c, pr.q.at(n, r0), pr.q.ld, pr.k.at(n, j0), pr.k.ld, T(0), p, w, pr.bf16);
       for (std::int64_t ri = 0; ri < rows; ++ri) {
         T* row = p + ri * w;
         pr.masks.apply(n, r0 + ri, j0, j1, row);
@@ -107,7 +188,8 @@ LOOM_VECTOR_CLONES void backward_entry(const problem<T>& pr, const operand<const
       if (dvv.base)  // dv += (weights used)ᵀ do
         gemm<T>(true, false, w, pr.dv, rows, T(1), used, w, dout.at(n, r0), dout.ld, T(1), dvv.at(n, j0), dvv.ld, pr.bf16);
       if (!dq.base && !dk.base && !any_dmask) continue;
-      gemm<T>(false, true, rows, w, pr.dv, T(1), dout.at(n, r0), dout.ld, pr.v.at(n, j0), pr.v.ld, T(0), dp, w, pr.bf16);
+      if (!from_panels(vt, pr.keys, rows, w, pr.dv, T(1), dout.at(n, r0), dout.ld, j0, dp, w))
+        gemm<T>(false, true, rows, w, pr.dv, T(1), dout.at(n, r0), dout.ld, pr.v.at(n, j0), pr.v.ld, T(0), dp, w, pr.bf16);
       if (pr.drop)  // the gradient of the weights before dropout
         for (std::int64_t ri = 0; ri < rows; ++ri) pr.apply_dropout(n, r0 + ri, j0, w, dp + ri * w);
       for (std::int64_t ri = 0; ri < rows; ++ri)  // ds = p ⊙ (dp − D)

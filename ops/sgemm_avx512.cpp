@@ -404,6 +404,32 @@ sgemm_packed_b::sgemm_packed_b(bool trans_b, std::int64_t n, std::int64_t k, con
 
 sgemm_packed_b::~sgemm_packed_b() { give_packing_buffer(std::move(storage_)); }
 
+std::int64_t sgemm_panels_size(std::int64_t n, std::int64_t k) { return (n + panel_cols - 1) / panel_cols * panel_cols * k; }
+
+bool sgemm_pack_panels(bool trans_b, std::int64_t n, std::int64_t k, const float* b, std::int64_t ldb, float* out) {
+  if (!sgemm_avx512_takes(false, trans_b, 1, n, k)) return false;
+  const isa_t isa = chosen_isa();
+  for (i64 j0 = 0; j0 < n; j0 += panel_cols) {
+    const i64 w = std::min(panel_cols, n - j0);
+    pack_panel(isa, trans_b, b, ldb, j0, w, k, out + j0 * k, (w + 15) / 16 * 16);
+  }
+  return true;
+}
+
+bool sgemm_avx512_panels(std::int64_t m, std::int64_t w, std::int64_t k, float alpha, const float* a, std::int64_t lda,
+                         const float* panels, std::int64_t n, std::int64_t j0, float beta, float* c, std::int64_t ldc) {
+  if (j0 % panel_cols != 0 || j0 < 0 || j0 + w > n || !sgemm_avx512_takes(false, false, m, w, k)) return false;
+  const isa_t isa = chosen_isa();
+  run_panels(
+      isa, tile_rows_for(isa), false, m, w, k, alpha, a, lda,
+      [&](i64 jj, i64, i64) -> std::pair<const float*, i64> {
+        const i64 at = j0 + jj;  // the stored panel's own width is its row stride
+        return {panels + at * k, (std::min(panel_cols, n - at) + 15) / 16 * 16};
+      },
+      beta, c, ldc, {});
+  return true;
+}
+
 bool sgemm_avx512(bool trans_a, std::int64_t m, float alpha, const float* a, std::int64_t lda, const sgemm_packed_b& b,
                   float beta, float* c, std::int64_t ldc, const gemm_epilogue& epilogue) {
   if (!b.panels_)
@@ -434,6 +460,12 @@ void sgemm_avx512_force_tile_rows(int rows) {
 sgemm_packed_b::sgemm_packed_b(bool trans_b, std::int64_t n, std::int64_t k, const float* b, std::int64_t ldb)
     : trans_(trans_b), n_(n), k_(k), b_(b), ldb_(ldb) {}
 sgemm_packed_b::~sgemm_packed_b() = default;
+std::int64_t sgemm_panels_size(std::int64_t n, std::int64_t k) { return (n + 31) / 32 * 32 * k; }
+bool sgemm_pack_panels(bool, std::int64_t, std::int64_t, const float*, std::int64_t, float*) { return false; }
+bool sgemm_avx512_panels(std::int64_t, std::int64_t, std::int64_t, float, const float*, std::int64_t, const float*,
+                         std::int64_t, std::int64_t, float, float*, std::int64_t) {
+  return false;
+}
 bool sgemm_avx512(bool, std::int64_t, float, const float*, std::int64_t, const sgemm_packed_b&, float, float*,
                   std::int64_t, const gemm_epilogue&) {
   return false;

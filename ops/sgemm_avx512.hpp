@@ -109,6 +109,24 @@ class sgemm_packed_b {
   const float* panels_ = nullptr;
 };
 
+/// Floats that sgemm_pack_panels writes for an op(B) of n columns and k rows.
+std::int64_t sgemm_panels_size(std::int64_t n, std::int64_t k);
+
+/// op(B) [k, n] (as sgemm_avx512's trans_b, b, ldb take it) copied into `out` in the kernel's
+/// panels (columns [j0, j0 + 32) at out + j0 · k, 32 or, for the last, 16 or 32 floats per row,
+/// zero past n), on the calling thread: for products that read slices of one operand again and
+/// again (fused attention's keys and values, once per entry instead of once per query block).
+/// False, having written nothing, when sgemm_avx512_takes(false, trans_b, 1, n, k) is false.
+bool sgemm_pack_panels(bool trans_b, std::int64_t n, std::int64_t k, const float* b, std::int64_t ldb, float* out);
+
+/// C[m, w] = alpha · A · op(B)[:, j0 : j0 + w) + beta · C (A [m, k] row-major, C not read when beta
+/// is 0), op(B) [k, n] packed by sgemm_pack_panels into `panels`: the same bits as sgemm_avx512(
+/// false, trans_b, m, w, k, alpha, a, lda, op(B)'s columns from j0, ...). False, having touched
+/// nothing, when j0 is not a multiple of 32, j0 + w > n, or sgemm_avx512_takes(false, false, m,
+/// w, k) is false.
+bool sgemm_avx512_panels(std::int64_t m, std::int64_t w, std::int64_t k, float alpha, const float* a, std::int64_t lda,
+                         const float* panels, std::int64_t n, std::int64_t j0, float beta, float* c, std::int64_t ldc);
+
 /// sgemm_avx512(trans_a, b's trans_b, m, b.count(), b.k(), alpha, a, lda, b's b, ldb, beta, c, ldc,
 /// epilogue): the same bits, without packing op(B) again. False, having touched nothing, when
 /// sgemm_avx512 would not take the shape.

@@ -5,6 +5,7 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <cstring>
 #include <functional>
 #include <limits>
 #include <vector>
@@ -273,4 +274,49 @@ TEST_CASE("multi-head attention takes masks per sequence [B, T, S] and per key [
   for (int fuse : {0, 1})
     test::require_gradcheck(g, p, {{"x", test::random_tensor<double>({2, 3, D}, 3)}, {"m", m}, {"k", k}, {"f", f}},
                             {.fuse = fuse});
+}
+
+TEST_CASE("fused attention over several query blocks gives each row the bits of a run over its rows alone") {
+  // With more query rows than one block (128), the blocked kernels copy each entry's keys (and,
+  // in the backward, its values) into the GEMM's panels once, for every query block to read;
+  // with one block they multiply key block by key block. Row i's output and its query gradient
+  // depend on its own query row, K, V and its own output gradient only, so a run over 300 rows
+  // (three query blocks; two key blocks, 256 + 44) must give each row the bits of three runs of
+  // 100 rows.
+  auto q = input<"q", shape<dyn<"B">, fix<2>, dyn<"T">, fix<32>>>();
+  auto k = input<"k", shape<dyn<"B">, fix<2>, dyn<"S">, fix<32>>>();
+  auto v = input<"v", shape<dyn<"B">, fix<2>, dyn<"S">, fix<32>>>();
+  auto g = make_graph(nn::attention<{}>(q, k, v));
+  param_store<float> none;
+  const std::int64_t T = 300, S = 300, part = 100;
+  const auto qs = test::random_tensor<float>({1, 2, T, 32}, 41);
+  const auto ks = test::random_tensor<float>({1, 2, S, 32}, 42);
+  const auto vs = test::random_tensor<float>({1, 2, S, 32}, 43);
+  const auto dout = test::random_tensor<float>({1, 2, T, 32}, 44);
+  // rows [r0, r0 + rows) of both heads of x
+  auto rows_of = [](const tensor<float>& x, std::int64_t r0, std::int64_t rows) {
+    tensor<float> y(dims_t{1, 2, rows, x.dim(3)});
+    for (std::int64_t h = 0; h < 2; ++h)
+      for (std::int64_t i = 0; i < rows; ++i)
+        for (std::int64_t c = 0; c < x.dim(3); ++c) y.at({0, h, i, c}) = x.at({0, h, r0 + i, c});
+    return y;
+  };
+  auto same_bits = [](const tensor<float>& a, const tensor<float>& b) {
+    return a.dims() == b.dims() && std::memcmp(a.values().data(), b.values().data(), a.values().size_bytes()) == 0;
+  };
+  // the output and dq of a run over query rows [r0, r0 + rows)
+  auto run = [&](std::int64_t r0, std::int64_t rows) {
+    auto ex = g.executor<float>(none, {.threads = 2, .input_grads = true});
+    ex.forward({{"q", rows_of(qs, r0, rows)}, {"k", ks}, {"v", vs}});
+    const tensor<float> cot = rows_of(dout, r0, rows);
+    ex.backward(std::span<const tensor<float>>(&cot, 1));
+    return std::pair{tensor<float>(ex.output()), tensor<float>(ex.input_grad("q"))};
+  };
+  const auto [out, dq] = run(0, T);
+  for (std::int64_t r0 = 0; r0 < T; r0 += part) {
+    const auto [out_p, dq_p] = run(r0, part);
+    INFO("rows from " << r0);
+    CHECK(same_bits(rows_of(out, r0, part), out_p));
+    CHECK(same_bits(rows_of(dq, r0, part), dq_p));
+  }
 }
