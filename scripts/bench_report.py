@@ -16,7 +16,7 @@ def fmt_time(s):
 
 LABELS = {"tiny_train": "train step, tiny enc–dec (d=64, h=4, 2+2, ffn 256, V=32, B=32, S=T=16)",
           "small_train": "train step, small enc–dec (d=256, h=8, 3+3, ffn 1024, V=1000, B=16, S=T=64)",
-          "small_train_recompute": "the same, loom recomputing each layer in backward (PyTorch: its plain step)",
+          "small_train_recompute": "the same, each layer recomputed in backward (loom: transformer_config::recompute; PyTorch: torch.utils.checkpoint per layer)",
           "gqa_fwd": "GQA attention forward, causal (B=4, Hq=16, Hkv=4, T=S=512, d=64)",
           "gqa_fwdbwd": "GQA attention forward+backward, causal (B=4, Hq=16, Hkv=4, T=S=512, d=64)",
           "decode": "greedy decode, KV cache, per token (2 layers, d=256, h=8, ffn 1024, V=1000, prompt 16, 128 new)",

@@ -278,8 +278,11 @@ def torch_gqa(torch, p, backward):
     return r
 
 
-def torch_train(torch, p, c, bf16=False):
-    """bf16: the forward and the loss under CPU autocast to bfloat16 (float32 master weights)."""
+def torch_train(torch, p, c, bf16=False, checkpoint=False):
+    """bf16: the forward and the loss under CPU autocast to bfloat16 (float32 master weights).
+    checkpoint: each encoder and decoder layer through torch.utils.checkpoint (its activations
+    recomputed in backward, as loom's transformer_config::recompute does), the final norms as
+    nn.Transformer applies them."""
     nn = torch.nn
     gen = Lcg(1234)
     B, L, V = c["batch"], c["len"], c["tgt_vocab"]
@@ -303,9 +306,20 @@ def torch_train(torch, p, c, bf16=False):
         def forward(self, src, tgt):
             x = self.src_embed(src) * self.scale + self.pe[: src.shape[1]]
             y = self.tgt_embed(tgt) * self.scale + self.pe[: tgt.shape[1]]
-            h = self.transformer(x, y, tgt_mask=tgt_mask, src_key_padding_mask=src_pad,
-                                 memory_key_padding_mask=src_pad)
-            return self.generator(h)
+            if not checkpoint:
+                h = self.transformer(x, y, tgt_mask=tgt_mask, src_key_padding_mask=src_pad,
+                                     memory_key_padding_mask=src_pad)
+                return self.generator(h)
+            from torch.utils.checkpoint import checkpoint as ckpt
+            enc, dec = self.transformer.encoder, self.transformer.decoder
+            m = x
+            for layer in enc.layers:  # forward(src, src_mask, src_key_padding_mask)
+                m = ckpt(layer, m, None, src_pad, use_reentrant=False)
+            m = enc.norm(m)
+            h = y
+            for layer in dec.layers:  # forward(tgt, memory, tgt_mask, memory_mask, tgt_kpm, memory_kpm)
+                h = ckpt(layer, h, m, tgt_mask, None, None, src_pad, use_reentrant=False)
+            return self.generator(dec.norm(h))
 
     rss_before = peak_rss_mib()  # the process baseline, just before building the model
     torch.manual_seed(1)
@@ -459,9 +473,10 @@ def run_torch_case(name, n, quick, threading):
         r = torch_mha(torch, p, m.group(1) == "fwd", *(int(m.group(i)) for i in range(2, 6)), bf16=bool(m.group(6)))
     elif name in ("tiny_train", "tiny_train_bf16"):
         r = torch_train(torch, p, TINY, name.endswith("_bf16"))
-    elif name in ("small_train", "small_train_recompute", "small_train_bf16"):
-        # loom's recomputation is compared with PyTorch's plain step
+    elif name in ("small_train", "small_train_bf16"):
         r = torch_train(torch, p, SMALL, name.endswith("_bf16"))
+    elif name == "small_train_recompute":  # loom's recomputation beside PyTorch's (torch.utils.checkpoint)
+        r = torch_train(torch, p, SMALL, checkpoint=True)
     elif name in ("gqa_fwd", "gqa_fwdbwd"):
         r = torch_gqa(torch, p, name == "gqa_fwdbwd")
     elif name == "decode":
