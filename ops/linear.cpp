@@ -171,11 +171,11 @@ void linear_kernels::forward(const op_args<T>& a) {
       const sgemm_packed_b wp(true, n, k, w, k);
       if (wp.packed()) {
         for_packed_rows(1, rows, n, k, [&](std::int64_t, std::int64_t r0, std::int64_t r1) {
-          if (act != linear_params::gelu && r1 - r0 >= 2) {  // bias, relu and residual in the kernel's tiles
-            sgemm_avx512(false, r1 - r0, 1.f, x + r0 * k, k, wp, 0.f, y + r0 * n, n,
-                         gemm_epilogue{b, act == linear_params::relu, res ? res + r0 * n : nullptr, n});
+          // bias, relu and residual in the kernel's tiles
+          if (act != linear_params::gelu && r1 - r0 >= 2 &&
+              sgemm_avx512(false, r1 - r0, 1.f, x + r0 * k, k, wp, 0.f, y + r0 * n, n,
+                           gemm_epilogue{b, act == linear_params::relu, res ? res + r0 * n : nullptr, n}))
             return;
-          }
           // gelu (z is saved for backward), or one row (a GEMV, as the unpacked path computes it)
           if (r1 - r0 < 2 || !sgemm_avx512(false, r1 - r0, 1.f, x + r0 * k, k, wp, 0.f, y + r0 * n, n))
             gemm<T>(false, true, r1 - r0, n, k, T(1), x + r0 * k, k, w, k, T(0), y + r0 * n, n);
