@@ -61,8 +61,12 @@ void run(benchmark::State& state, shape s, kernel who) {
     state.SkipWithError("no AVX512_BF16 on this CPU: loom's bf16 GEMM would be its portable loop");
     return;
   }
-  if (who == kernel::loom_avx2 && !__builtin_cpu_supports("avx2")) {
-    state.SkipWithError("no AVX2 on this CPU");
+  if (who == kernel::loom_avx2 && !(__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))) {
+    state.SkipWithError("no AVX2 and FMA on this CPU");
+    return;
+  }
+  if ((who == kernel::loom_r8 || who == kernel::loom_r12) && !__builtin_cpu_supports("avx512f")) {
+    state.SkipWithError("no AVX-512 on this CPU: its tiles cannot be forced");
     return;
   }
   if (who == kernel::loom_avx2) loom::ops::sgemm_force_isa(loom::ops::sgemm_isa::avx2);

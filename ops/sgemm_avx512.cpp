@@ -379,6 +379,8 @@ void sgemm_avx512_force_tile_rows(int rows) {
   if (rows != 0 && rows != 8 && rows != 12)
     throw std::invalid_argument("sgemm_avx512_force_tile_rows: rows must be 8, 12 or 0 (the CPU's choice), not " +
                                 std::to_string(rows));
+  if (rows != 0 && !has_avx512)
+    throw std::invalid_argument("sgemm_avx512_force_tile_rows: this CPU has no AVX-512 (its AVX2 tiles have 3 rows)");
   forced_rows.store(rows, std::memory_order_relaxed);
 }
 
@@ -453,9 +455,8 @@ void sgemm_force_isa(sgemm_isa isa) {
 }
 int sgemm_avx512_measure_tile_rows() { return 0; }
 void sgemm_avx512_force_tile_rows(int rows) {
-  if (rows != 0 && rows != 8 && rows != 12)
-    throw std::invalid_argument("sgemm_avx512_force_tile_rows: rows must be 8, 12 or 0 (the CPU's choice), not " +
-                                std::to_string(rows));
+  if (rows != 0)
+    throw std::invalid_argument("sgemm_avx512_force_tile_rows: loom's GEMM has no AVX-512 kernel on this CPU");
 }
 sgemm_packed_b::sgemm_packed_b(bool trans_b, std::int64_t n, std::int64_t k, const float* b, std::int64_t ldb)
     : trans_(trans_b), n_(n), k_(k), b_(b), ldb_(ldb) {}

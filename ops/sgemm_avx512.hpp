@@ -43,7 +43,8 @@ enum class sgemm_isa { cpu, avx2, avx512 };
 void sgemm_force_isa(sgemm_isa isa);
 
 /// Makes the products that start from now on use tiles of `rows` rows (8 or 12; 0: back to the
-/// CPU's choice), for tests and benchmarks. std::invalid_argument for any other value.
+/// CPU's choice) when they run on the AVX-512 kernel, for tests and benchmarks.
+/// std::invalid_argument for any other value, and for 8 or 12 on a CPU without AVX-512.
 void sgemm_avx512_force_tile_rows(int rows);
 
 /// c[0, N) = alpha · x · op(B) + beta · c (c not read when beta is 0), x contiguous [K]:

@@ -268,6 +268,8 @@ TEST_CASE("tiles of 8 and of 12 rows give every element the same bits, and only 
     CHECK(t.rows == (kernel_runs() ? 3 : 0));
     CHECK(ops::sgemm_avx512_measure_tile_rows() == 0);
     CHECK_THROWS_AS(ops::sgemm_avx512_force_tile_rows(12), std::invalid_argument);
+    CHECK_THROWS_AS(ops::sgemm_force_isa(ops::sgemm_isa::avx512), std::invalid_argument);
+    ops::sgemm_avx512_force_tile_rows(0);  // back to the CPU's choice: always allowed
     return;
   }
   ops::sgemm_force_isa(ops::sgemm_isa::avx512);  // even when LOOM_SGEMM_ISA=avx2 runs the tests
