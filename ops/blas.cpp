@@ -125,6 +125,12 @@ void gemm(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64
             static_cast<int>(ldc));
 }
 
+void gemm(bool trans_a, std::int64_t m, float alpha, const float* a, std::int64_t lda, const sgemm_packed_b& b,
+          float beta, float* c, std::int64_t ldc) {
+  if (m >= 2 && sgemm_avx512(trans_a, m, alpha, a, lda, b, beta, c, ldc)) return;
+  gemm<float>(trans_a, b.trans(), m, b.count(), b.k(), alpha, a, lda, b.operand(), b.ld(), beta, c, ldc);
+}
+
 template void gemm<float>(bool, bool, std::int64_t, std::int64_t, std::int64_t, float, const float*, std::int64_t,
                           const float*, std::int64_t, float, float*, std::int64_t, bool);
 template void gemm<double>(bool, bool, std::int64_t, std::int64_t, std::int64_t, double, const double*, std::int64_t,

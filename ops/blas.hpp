@@ -15,4 +15,12 @@ template <class T>
 void gemm(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k, T alpha, const T* a,
           std::int64_t lda, const T* b, std::int64_t ldb, T beta, T* c, std::int64_t ldc, bool bf16 = false);
 
+class sgemm_packed_b;
+
+/// gemm<float>(trans_a, b's trans_b, m, b.count(), b.k(), alpha, a, lda, b's operand, ldb, beta, c,
+/// ldc), the same bits, reading op(B) from its packed copy where loom's kernel computes the
+/// product (two rows or more; one row is gemm's GEMV, as unpacked).
+void gemm(bool trans_a, std::int64_t m, float alpha, const float* a, std::int64_t lda, const sgemm_packed_b& b,
+          float beta, float* c, std::int64_t ldc);
+
 }  // namespace loom::ops

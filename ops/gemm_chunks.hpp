@@ -134,11 +134,7 @@ void batched_gemm(bool tx, bool ty, std::int64_t batch, std::int64_t rows, std::
       const sgemm_packed_b yp(ty, n, k, y, ldy);  // op(Y) packed once, when loom's kernel packs it
       if (yp.packed()) {
         for_packed_rows(batch, rows, n, k, [&](std::int64_t b, std::int64_t r0, std::int64_t r1) {
-          const float* xr = row_of_op(x + b * sx, tx, ldx, r0);
-          float* cr = c + b * sc + r0 * n;
-          // one row is a GEMV, as the unpacked path computes it
-          if (r1 - r0 < 2 || !sgemm_avx512(tx, r1 - r0, 1.f, xr, ldx, yp, beta, cr, n))
-            gemm<T>(tx, ty, r1 - r0, n, k, T(1), xr, ldx, y, ldy, beta, cr, n);
+          gemm(tx, r1 - r0, 1.f, row_of_op(x + b * sx, tx, ldx, r0), ldx, yp, beta, c + b * sc + r0 * n, n);
         });
         return;
       }

@@ -176,9 +176,8 @@ void linear_kernels::forward(const op_args<T>& a) {
               sgemm_avx512(false, r1 - r0, 1.f, x + r0 * k, k, wp, 0.f, y + r0 * n, n,
                            gemm_epilogue{b, act == linear_params::relu, res ? res + r0 * n : nullptr, n}))
             return;
-          // gelu (z is saved for backward), or one row (a GEMV, as the unpacked path computes it)
-          if (r1 - r0 < 2 || !sgemm_avx512(false, r1 - r0, 1.f, x + r0 * k, k, wp, 0.f, y + r0 * n, n))
-            gemm<T>(false, true, r1 - r0, n, k, T(1), x + r0 * k, k, w, k, T(0), y + r0 * n, n);
+          // gelu (z is saved for backward), or one row (a GEMV)
+          gemm(false, r1 - r0, 1.f, x + r0 * k, k, wp, 0.f, y + r0 * n, n);
           epilogue(act, y, z_saved, b, res, r0, r1, n);  // while the rows are in cache
         });
         return;

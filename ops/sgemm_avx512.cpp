@@ -384,23 +384,43 @@ void sgemm_avx512_force_tile_rows(int rows) {
   forced_rows.store(rows, std::memory_order_relaxed);
 }
 
+namespace {
+
+// Panels [p0, p1) of op(B) [k, n] into out (panel p at out + p · 32 · k, whatever its width).
+void pack_panels(isa_t isa, bool trans_b, const float* b, i64 ldb, i64 n, i64 k, float* out, i64 p0, i64 p1) {
+  for (i64 p = p0; p < p1; ++p) {
+    const i64 j0 = p * panel_cols, w = std::min(panel_cols, n - j0);
+    pack_panel(isa, trans_b, b, ldb, j0, w, k, out + j0 * k, (w + 15) / 16 * 16);
+  }
+}
+
+// The product with columns [j0, j0 + w) of an op(B) of n columns packed by pack_panels (j0 a
+// multiple of 32); each stored panel's own width is its row stride.
+void from_packed(bool trans_a, i64 m, i64 w, i64 k, float alpha, const float* a, i64 lda, const float* panels, i64 n,
+                 i64 j0, float beta, float* c, i64 ldc, const gemm_epilogue& epilogue) {
+  const isa_t isa = chosen_isa();
+  run_panels(
+      isa, tile_rows_for(isa), trans_a, m, w, k, alpha, a, lda,
+      [&](i64 jj, i64, i64) -> std::pair<const float*, i64> {
+        const i64 at = j0 + jj;
+        return {panels + at * k, (std::min(panel_cols, n - at) + 15) / 16 * 16};
+      },
+      beta, c, ldc, epilogue);
+}
+
+}  // namespace
+
 sgemm_packed_b::sgemm_packed_b(bool trans_b, std::int64_t n, std::int64_t k, const float* b, std::int64_t ldb)
     : trans_(trans_b), n_(n), k_(k), b_(b), ldb_(ldb) {
   // as for a product of many rows; the bits do not depend on whether it is packed
   const isa_t isa = chosen_isa();
   if (!sgemm_avx512_takes(false, trans_b, 1, n, k) || !packs_b(isa, trans_b, max_n, n, ldb)) return;
-  const i64 panels = (n + panel_cols - 1) / panel_cols;
   storage_ = take_packing_buffer<float>();
-  if (storage_.size() < static_cast<std::size_t>(panels * panel_cols * k))
-    storage_.resize(static_cast<std::size_t>(panels * panel_cols * k));
+  if (storage_.size() < static_cast<std::size_t>(sgemm_panels_size(n, k)))
+    storage_.resize(static_cast<std::size_t>(sgemm_panels_size(n, k)));
   float* const out = storage_.data();
-  // panel p at p · 32 · K, whatever its width
-  for_chunks(panels, grain_for(k * panel_cols, 1 << 16), [&](std::int64_t p0, std::int64_t p1) {
-    for (i64 p = p0; p < p1; ++p) {
-      const i64 j0 = p * panel_cols, w = std::min(panel_cols, n - j0);
-      pack_panel(isa, trans_b, b, ldb, j0, w, k, out + p * panel_cols * k, (w + 15) / 16 * 16);
-    }
-  });
+  for_chunks((n + panel_cols - 1) / panel_cols, grain_for(k * panel_cols, 1 << 16),
+             [&](std::int64_t p0, std::int64_t p1) { pack_panels(isa, trans_b, b, ldb, n, k, out, p0, p1); });
   panels_ = out;
 }
 
@@ -410,25 +430,14 @@ std::int64_t sgemm_panels_size(std::int64_t n, std::int64_t k) { return (n + pan
 
 bool sgemm_pack_panels(bool trans_b, std::int64_t n, std::int64_t k, const float* b, std::int64_t ldb, float* out) {
   if (!sgemm_avx512_takes(false, trans_b, 1, n, k)) return false;
-  const isa_t isa = chosen_isa();
-  for (i64 j0 = 0; j0 < n; j0 += panel_cols) {
-    const i64 w = std::min(panel_cols, n - j0);
-    pack_panel(isa, trans_b, b, ldb, j0, w, k, out + j0 * k, (w + 15) / 16 * 16);
-  }
+  pack_panels(chosen_isa(), trans_b, b, ldb, n, k, out, 0, (n + panel_cols - 1) / panel_cols);
   return true;
 }
 
 bool sgemm_avx512_panels(std::int64_t m, std::int64_t w, std::int64_t k, float alpha, const float* a, std::int64_t lda,
                          const float* panels, std::int64_t n, std::int64_t j0, float beta, float* c, std::int64_t ldc) {
   if (j0 % panel_cols != 0 || j0 < 0 || j0 + w > n || !sgemm_avx512_takes(false, false, m, w, k)) return false;
-  const isa_t isa = chosen_isa();
-  run_panels(
-      isa, tile_rows_for(isa), false, m, w, k, alpha, a, lda,
-      [&](i64 jj, i64, i64) -> std::pair<const float*, i64> {
-        const i64 at = j0 + jj;  // the stored panel's own width is its row stride
-        return {panels + at * k, (std::min(panel_cols, n - at) + 15) / 16 * 16};
-      },
-      beta, c, ldc, {});
+  from_packed(false, m, w, k, alpha, a, lda, panels, n, j0, beta, c, ldc, {});
   return true;
 }
 
@@ -437,12 +446,7 @@ bool sgemm_avx512(bool trans_a, std::int64_t m, float alpha, const float* a, std
   if (!b.panels_)
     return sgemm_avx512(trans_a, b.trans_, m, b.n_, b.k_, alpha, a, lda, b.b_, b.ldb_, beta, c, ldc, epilogue);
   if (!sgemm_avx512_takes(trans_a, b.trans_, m, b.n_, b.k_)) return false;
-  const i64 k = b.k_;
-  const isa_t isa = chosen_isa();
-  run_panels(
-      isa, tile_rows_for(isa), trans_a, m, b.n_, k, alpha, a, lda,
-      [&](i64 j0, i64, i64 width) -> std::pair<const float*, i64> { return {b.panels_ + j0 * k, width}; }, beta, c,
-      ldc, epilogue);
+  from_packed(trans_a, m, b.n_, b.k_, alpha, a, lda, b.panels_, b.n_, 0, beta, c, ldc, epilogue);
   return true;
 }
 

@@ -96,6 +96,10 @@ class sgemm_packed_b {
   sgemm_packed_b& operator=(const sgemm_packed_b&) = delete;
   std::int64_t count() const { return n_; }
   std::int64_t k() const { return k_; }
+  /// The operand as given: trans_b, b and ldb.
+  bool trans() const { return trans_; }
+  const float* operand() const { return b_; }
+  std::int64_t ld() const { return ldb_; }
   /// Whether the operand was packed (else the products read it in place).
   bool packed() const { return panels_ != nullptr; }
 

@@ -363,3 +363,22 @@ TEST_CASE("the AVX2 kernel gives every element the bits of the AVX-512 kernel, p
   }
   CHECK(ops::sgemm_avx512_tiling().isa == own);  // back to the process's choice
 }
+
+TEST_CASE("gemm with a packed op(B) gives gemm's bits for one row (its GEMV) and for many") {
+  // a product's row items share one packed weight; the last item may hold a single row, which
+  // gemm computes as a GEMV (other bits than the tiles): the packed call must do the same
+  std::mt19937 rng(19);
+  std::uniform_real_distribution<float> u(-1.f, 1.f);
+  const i64 n = 48, k = 70;
+  std::vector<float> a(static_cast<std::size_t>(5 * k)), w(static_cast<std::size_t>(n * k));
+  for (auto* v : {&a, &w})
+    for (auto& x : *v) x = u(rng);
+  const ops::sgemm_packed_b packed(true, n, k, w.data(), k);
+  for (const i64 m : {1, 2, 5}) {
+    std::vector<float> want(static_cast<std::size_t>(m * n), 0.5f), got = want;
+    ops::gemm<float>(false, true, m, n, k, 1.f, a.data(), k, w.data(), k, 0.25f, want.data(), n);
+    ops::gemm(false, m, 1.f, a.data(), k, packed, 0.25f, got.data(), n);
+    INFO("m " << m);
+    CHECK(std::memcmp(want.data(), got.data(), want.size() * sizeof(float)) == 0);
+  }
+}
