@@ -210,7 +210,7 @@ i64 tile_rows_for(isa_t isa);
 // The AVX2 kernel always copies: its tiles of 3 rows read each panel row for fewer
 // multiply-adds, and from scattered lines that cost more than the copy (same machine, forced
 // AVX2, GFLOP/s in place → copied: tiny_dx 85.6 → 105.7, small_dx 88.6 → 109.7, attn_pv 85.0 →
-// 105.1, small_dw 64.5 → 84.3).
+// 105.1, small_dw 64.5 → 78–84 in two runs).
 bool packs_b(isa_t isa, bool trans_b, i64 m, i64 n, i64 ldb) {
   return isa == isa_t::avx2 || trans_b || n % 16 != 0 || (m > 32 && ldb % 1024 == 0);
 }
