@@ -16,6 +16,8 @@
 //                             nn::language_model<C, decode_mode>), ms per token after the prefill
 //   decode_b8                 the same for 8 sequences at once (batch 8): time per step, which
 //                             gives each of the 8 its next token
+//   decode_b8_packed          decode_b8 with exec_options::pack_weights (each weight packed for
+//                             the GEMM once, not at every step); loom only
 //   decode_t512               decode with 512 new tokens (the cache grows to 528 positions)
 //   decode_int8,              decode and decode_t512 with the weights quantized to int8
 //   decode_int8_t512          (exec_options::weights = int8); loom only
@@ -369,13 +371,16 @@ param_store<float> decode_params() {
   return make_graph(nn::language_model<lm_cfg, nn::eval_mode>::logits()).make_params<float>(1);
 }
 
-json_line decode_batch(const settings& s, int batch, int new_tokens = 128, bool int8 = false) {
+json_line decode_batch(const settings& s, int batch, int new_tokens = 128, bool int8 = false, bool packed = false) {
   constexpr int prompt_len = 16;
   using step_model = nn::language_model<lm_cfg, nn::decode_mode>;
   auto step = make_graph(step_model::logits());
   auto params = decode_params();
   auto run = step.executor<float>(
-      params, {.threads = s.threads, .inference = true, .weights = int8 ? weight_precision::int8 : weight_precision::f32});
+      params, {.threads = s.threads,
+               .inference = true,
+               .weights = int8 ? weight_precision::int8 : weight_precision::f32,
+               .pack_weights = packed});
   lcg gen{99};
   std::vector<std::vector<int>> prompts(static_cast<std::size_t>(batch));
   for (auto& prompt : prompts)  // sequence 0's prompt is the single-sequence case's
@@ -410,7 +415,7 @@ json_line decode_batch(const settings& s, int batch, int new_tokens = 128, bool 
   j.num("tokens_valid", valid ? 1 : 0).num("first_tokens_0", toks.empty() ? -1 : toks[0]);
   // every parameter's bytes (a step reads each weight matrix once, one row of the embedding)
   j.num("weight_bytes", static_cast<double>(params.numel()) * sizeof(float));
-  j.num("new_tokens", new_tokens).num("int8", int8 ? 1 : 0);
+  j.num("new_tokens", new_tokens).num("int8", int8 ? 1 : 0).num("pack_weights", packed ? 1 : 0);
   return j.num("batch", batch);
 }
 
@@ -619,6 +624,7 @@ std::vector<bench_case> cases() {
   r.push_back({"gqa_fwdbwd", [](const settings& s) { return gqa(s, true, 4, 512); }});
   r.push_back({"decode", decode});
   r.push_back({"decode_b8", [](const settings& s) { return decode_batch(s, 8); }});
+  r.push_back({"decode_b8_packed", [](const settings& s) { return decode_batch(s, 8, 128, false, true); }});
   r.push_back({"decode_t512", [](const settings& s) { return decode_batch(s, 1, 512); }});
   // the same with the weights in int8 (exec_options::weights = int8): loom only
   r.push_back({"decode_int8", [](const settings& s) { return decode_batch(s, 1, 128, true); }});

@@ -104,7 +104,10 @@ std::vector<std::string> translate(const task& t, const std::vector<translation_
                                    param_store<float>& params, int threads,
                                    weight_precision weights = weight_precision::f32, std::size_t batch = 250) {
   auto memory = memory_graph.template executor<float>(params, {.threads = threads, .inference = true});
-  auto step = step_graph.template executor<float>(params, {.threads = threads, .inference = true, .weights = weights});
+  // the weights do not change while translating: each is packed for the GEMM once
+  // (exec_options::pack_weights), not at every step of every batch; the same bits
+  auto step = step_graph.template executor<float>(
+      params, {.threads = threads, .inference = true, .weights = weights, .pack_weights = true});
   std::vector<std::string> out;
   for (std::size_t b0 = 0; b0 < pairs.size(); b0 += batch) {
     std::vector<std::size_t> idx;
@@ -129,7 +132,7 @@ std::vector<std::string> translate_beam(const task& t, const std::vector<transla
                                         param_store<float>& params, int threads, int beam, double length_penalty = 0,
                                         std::vector<double>* log_probs = nullptr, std::size_t batch = 125) {
   auto memory = memory_graph.template executor<float>(params, {.threads = threads, .inference = true});
-  auto step = step_graph.template executor<float>(params, {.threads = threads, .inference = true});
+  auto step = step_graph.template executor<float>(params, {.threads = threads, .inference = true, .pack_weights = true});
   std::vector<std::string> out;
   for (std::size_t b0 = 0; b0 < pairs.size(); b0 += batch) {
     std::vector<std::size_t> idx;

@@ -227,7 +227,8 @@ void appends_in_place(const plan_view& plan, std::span<const int> may_append, co
 template <class T>
 void executor<T>::impl::bind(std::span<const feed> given) {
   const bool quantize = opts.weights == weight_precision::int8 && int8_layout != params->layout_version();
-  if (same_binding(given) && !quantize) {  // new data, same shapes: only input addresses change
+  const bool repack = opts.pack_weights && packed_layout != params->layout_version();
+  if (same_binding(given) && !quantize && !repack) {  // new data, same shapes: only input addresses change
     feeds.assign(given.begin(), given.end());
     place_buffers();
     return;
@@ -269,6 +270,12 @@ void executor<T>::impl::bind(std::span<const feed> given) {
   place_buffers();
   bound = true;
   bound_layout = params->layout_version();
+  if (repack) {  // the kernels copy their weights again from the store's values
+    kept.assign(static_cast<std::size_t>(n), {});
+    keeps_weight.assign(static_cast<std::size_t>(n), 0);
+    for (int i = 0; i < n; ++i) keeps_weight[static_cast<std::size_t>(i)] = !weight_of(i).empty();
+    packed_layout = bound_layout;
+  }
 }
 
 // True when `given` binds exactly as the last successful bind (same names, types, shapes and

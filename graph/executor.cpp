@@ -26,6 +26,8 @@ executor<T>::impl::impl(plan_view p, param_store<T>& ps, exec_options o) : origi
     throw value_error("executor<double>: weight_precision::int8 is for float executors (double is the reference)");
   if (opts.weights == weight_precision::int8 && !opts.inference)
     throw value_error("executor: weight_precision::int8 needs exec_options::inference (int8 weights have no gradient)");
+  if (opts.pack_weights && !opts.inference)
+    throw value_error("executor: exec_options::pack_weights needs exec_options::inference (training changes the weights at every step)");
   make_arena();
   for (int i = 0; i < original.size(); ++i) index.emplace(original.order[i], i);
   keep_original.assign(original.size(), 0);
@@ -49,6 +51,7 @@ void executor<T>::impl::adopt_plan() {
   n = plan.size();
   param_version = 0;  // the parameters' nodes are found again in the new plan
   int8_layout = 0;  // and the int8 weights quantized for its nodes
+  packed_layout = 0;  // and the weights kept packed for them
   leaf.assign(n, 0);
   needs_grad.assign(n, 0);
   kernels.assign(n, {});
@@ -275,6 +278,7 @@ template <class T>
 void executor<T>::requantize() {
   busy_guard busy(p_->in_use, "requantize()");
   p_->int8_layout = 0;  // no store has layout 0: the next forward() binds in full and quantizes
+  p_->packed_layout = 0;  // and the kernels pack their weights again
 }
 
 template <class T>

@@ -4,10 +4,13 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <memory>
+#include <optional>
 #include <type_traits>
 
 #include "bgemm.hpp"
 #include "blas.hpp"
+#include "loom/core/kernel.hpp"
 #include "loom/core/parallel.hpp"
 #include "sgemm_avx512.hpp"
 
@@ -82,13 +85,30 @@ P columns_of_op(P y, bool trans, std::int64_t ld, std::int64_t j0) {
   return trans ? y + j0 * ld : y + j0;
 }
 
+// op(B) [k, n] (trans_b, b, ldb as sgemm_avx512 takes them) packed as loom's float kernel reads
+// it, kept in `slot` from one forward() to the next (op_args::kept, exec_options::pack_weights):
+// made at the first call, again if the slot holds another operand's. Null without a slot.
+inline const sgemm_packed_b* kept_packing(kept_weight* slot, bool trans_b, std::int64_t n, std::int64_t k,
+                                          const float* b, std::int64_t ldb) {
+  if (!slot) return nullptr;
+  auto* p = static_cast<const sgemm_packed_b*>(slot->made.get());
+  // made for this operand (a parameter's address is fixed while the store's layout is; checked all the same)
+  if (!p || p->operand() != b || p->trans() != trans_b || p->count() != n || p->k() != k || p->ld() != ldb) {
+    auto made = std::make_shared<sgemm_packed_b>(trans_b, n, k, b, ldb);
+    p = made.get();
+    slot->made = std::move(made);
+  }
+  return p;
+}
+
 // C (rows x n) = beta · C + Σ_b op(X_b) · op(Y_b) over the whole of C, parallel over column
 // blocks (column_block), the batch summed in order in each: the one-piece case of both
-// functions below (batched_gemm has batch 1 there).
+// functions below (batched_gemm has batch 1 there). With `kept` (op(Y) packed, batch 1), the
+// blocks of two rows or more read it: the same bits.
 template <class T>
 void in_column_blocks(bool tx, bool ty, std::int64_t batch, std::int64_t rows, std::int64_t n, std::int64_t k,
                       const T* x, std::int64_t ldx, std::int64_t sx, const T* y, std::int64_t ldy, std::int64_t sy,
-                      T* c, T beta, bool bf16 = false) {
+                      T* c, T beta, bool bf16 = false, const sgemm_packed_b* kept = nullptr) {
   const std::int64_t cols = column_block<T>(tx, ty, rows, n, k, batch);
   if constexpr (std::is_same_v<T, float>)
     if (bf16 && batch == 1 && cols < n && k >= 1) {  // op(X) rounded and packed once for every block
@@ -104,6 +124,10 @@ void in_column_blocks(bool tx, bool ty, std::int64_t batch, std::int64_t rows, s
   for_chunks((n + cols - 1) / cols, 1, [&](std::int64_t c0, std::int64_t c1) {
     for (std::int64_t cb = c0; cb < c1; ++cb) {
       const std::int64_t j0 = cb * cols, w = std::min(cols, n - j0);
+      if constexpr (std::is_same_v<T, float>)
+        if (kept && batch == 1 && !bf16 && rows >= 2 &&
+            sgemm_avx512_columns(tx, rows, 1.f, x, ldx, *kept, j0, w, beta, c + j0, n))
+          continue;
       for (std::int64_t b = 0; b < batch; ++b)
         gemm<T>(tx, ty, rows, w, k, T(1), x + b * sx, ldx, columns_of_op(y + b * sy, ty, ldy, j0), ldy,
                 b == 0 ? beta : T(1), c + j0, n, bf16);
@@ -112,11 +136,12 @@ void in_column_blocks(bool tx, bool ty, std::int64_t batch, std::int64_t rows, s
 }
 
 // C (rows x n, in batches) = op(X) · op(Y) (+ C when accumulate), parallel over
-// (batch, row chunk); a single chunk, in column blocks (column_block).
+// (batch, row chunk); a single chunk, in column blocks (column_block). `kept`: op(Y), shared by
+// the batch (sy 0), as kept_packing made it; the products then read it instead of packing op(Y).
 template <class T>
 void batched_gemm(bool tx, bool ty, std::int64_t batch, std::int64_t rows, std::int64_t n, std::int64_t k,
                   const T* x, std::int64_t ldx, std::int64_t sx, const T* y, std::int64_t ldy, std::int64_t sy, T* c,
-                  std::int64_t sc, T beta, bool bf16 = false) {
+                  std::int64_t sc, T beta, bool bf16 = false, const sgemm_packed_b* kept = nullptr) {
   if constexpr (std::is_same_v<T, float>) {
     const std::int64_t g = packed_row_grain(n, k);
     if (bf16 && (batch == 1 || sy == 0) && k >= 1 && batch * ((rows + g - 1) / g) > 1) {  // op(Y) packed once
@@ -131,7 +156,8 @@ void batched_gemm(bool tx, bool ty, std::int64_t batch, std::int64_t rows, std::
   std::int64_t chunks = (rows + grain - 1) / grain;
   if constexpr (std::is_same_v<T, float>) {
     if (!bf16 && (batch == 1 || sy == 0) && batch * chunks > 1 && sgemm_avx512_takes(tx, ty, rows, n, k)) {
-      const sgemm_packed_b yp(ty, n, k, y, ldy);  // op(Y) packed once, when loom's kernel packs it
+      std::optional<sgemm_packed_b> made;  // op(Y) packed once, when loom's kernel packs it
+      const sgemm_packed_b& yp = kept ? *kept : made.emplace(ty, n, k, y, ldy);
       if (yp.packed()) {
         for_packed_rows(batch, rows, n, k, [&](std::int64_t b, std::int64_t r0, std::int64_t r1) {
           gemm(tx, r1 - r0, 1.f, row_of_op(x + b * sx, tx, ldx, r0), ldx, yp, beta, c + b * sc + r0 * n, n);
@@ -140,7 +166,7 @@ void batched_gemm(bool tx, bool ty, std::int64_t batch, std::int64_t rows, std::
       }
     }
   }
-  if (batch * chunks == 1) return in_column_blocks(tx, ty, 1, rows, n, k, x, ldx, sx, y, ldy, sy, c, beta, bf16);
+  if (batch * chunks == 1) return in_column_blocks(tx, ty, 1, rows, n, k, x, ldx, sx, y, ldy, sy, c, beta, bf16, kept);
   for_chunks(batch * chunks, 1, [&](std::int64_t b0, std::int64_t b1) {
     for (std::int64_t item = b0; item < b1; ++item) {
       std::int64_t b = item / chunks, r0 = (item % chunks) * grain, r1 = std::min(rows, r0 + grain);

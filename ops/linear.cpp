@@ -1,6 +1,7 @@
 // Fused linear kernels. See ops/fused_linear.hpp for the math; the products are matmul's
 // (gemm_chunks.hpp), with the same row chunks, so a fused linear gives the unfused bits.
 #include <cmath>
+#include <optional>
 #include <type_traits>
 
 #include "bgemm.hpp"
@@ -82,14 +83,18 @@ LOOM_VECTOR_CLONES void activation_slope(linear_params::act_t act, const T* __re
 // activation is none or relu (gelu's z must be saved; erf stays in the loop above). The same
 // operations in the same order: the same bits. False, having done nothing, otherwise. With
 // `width`, only columns [j0, j0 + width) of y (its rows stay n long).
+// With `wp`, w as the kernel packed it (exec_options::pack_weights; the same bits).
 template <class T>
 bool in_tiles(linear_params::act_t act, std::int64_t rows, std::int64_t n, std::int64_t k, const T* x, const T* w,
-              const T* b, const T* res, T* y, std::int64_t j0 = 0, std::int64_t width = -1) {
+              const T* b, const T* res, T* y, std::int64_t j0 = 0, std::int64_t width = -1,
+              const sgemm_packed_b* wp = nullptr) {
   if constexpr (std::is_same_v<T, float>) {
     if (act == linear_params::gelu || rows < 2) return false;
+    const std::int64_t cols = width < 0 ? n : width;
+    const gemm_epilogue epi{b ? b + j0 : nullptr, act == linear_params::relu, res ? res + j0 : nullptr, n};
     // false, having touched nothing, for a shape loom's kernel does not take
-    return sgemm_avx512(false, true, rows, width < 0 ? n : width, k, 1.f, x, k, w + j0 * k, k, 0.f, y + j0, n,
-                        gemm_epilogue{b ? b + j0 : nullptr, act == linear_params::relu, res ? res + j0 : nullptr, n});
+    if (wp) return sgemm_avx512_columns(false, rows, 1.f, x, k, *wp, j0, cols, 0.f, y + j0, n, epi);
+    return sgemm_avx512(false, true, rows, cols, k, 1.f, x, k, w + j0 * k, k, 0.f, y + j0, n, epi);
   } else {
     return false;
   }
@@ -102,7 +107,7 @@ bool in_tiles(linear_params::act_t act, std::int64_t rows, std::int64_t n, std::
 // eight. False, having done nothing, when in_tiles would not take every block.
 template <class T>
 bool in_column_tiles(linear_params::act_t act, std::int64_t rows, std::int64_t n, std::int64_t k, const T* x,
-                     const T* w, const T* b, const T* res, T* y) {
+                     const T* w, const T* b, const T* res, T* y, const sgemm_packed_b* wp) {
   const std::int64_t cols = gemm_chunks::column_block<T>(false, true, rows, n, k, 1, 1 << 18);
   if (cols >= n || act == linear_params::gelu || rows < 2) return false;
   const std::int64_t blocks = (n + cols - 1) / cols;
@@ -111,9 +116,21 @@ bool in_column_tiles(linear_params::act_t act, std::int64_t rows, std::int64_t n
   // kernel takes, and the last one was checked
   for_chunks(blocks, 1, [&](std::int64_t c0, std::int64_t c1) {
     for (std::int64_t cb = c0; cb < c1; ++cb)
-      in_tiles(act, rows, n, k, x, w, b, res, y, cb * cols, std::min(cols, n - cb * cols));
+      in_tiles(act, rows, n, k, x, w, b, res, y, cb * cols, std::min(cols, n - cb * cols), wp);
   });
   return true;
+}
+
+// w [n, k] as the float kernel packs it for x · wᵀ, kept from one forward() to the next
+// (exec_options::pack_weights): for products of two rows or more (one row is a GEMV, which reads
+// w as it is); null in double and when the executor keeps nothing.
+template <class T>
+const sgemm_packed_b* kept_w(const op_args<T>& a, std::int64_t rows, std::int64_t n, std::int64_t k, const T* w) {
+  if constexpr (std::is_same_v<T, float>) {
+    return rows >= 2 ? gemm_chunks::kept_packing(a.kept, true, n, k, w, k) : nullptr;
+  } else {
+    return nullptr;
+  }
 }
 
 struct sizes {
@@ -166,9 +183,11 @@ void linear_kernels::forward(const op_args<T>& a) {
       return;
     }
   }
+  const sgemm_packed_b* kept = kept_w(a, rows, n, k, w);  // w packed at an earlier call (pack_weights)
   if constexpr (std::is_same_v<T, float>) {
     if (chunks > 1) {  // w packed once for every row item (when loom's kernel packs it)
-      const sgemm_packed_b wp(true, n, k, w, k);
+      std::optional<sgemm_packed_b> made;
+      const sgemm_packed_b& wp = kept ? *kept : made.emplace(true, n, k, w, k);
       if (wp.packed()) {
         for_packed_rows(1, rows, n, k, [&](std::int64_t, std::int64_t r0, std::int64_t r1) {
           // bias, relu and residual in the kernel's tiles
@@ -184,11 +203,12 @@ void linear_kernels::forward(const op_args<T>& a) {
       }
     }
   }
-  if (chunks == 1 && in_column_tiles(act, rows, n, k, x, w, b, res, y)) return;
+  if (chunks == 1 && in_column_tiles(act, rows, n, k, x, w, b, res, y, kept)) return;
   for_chunks(chunks, 1, [&](std::int64_t c0, std::int64_t c1) {
     for (std::int64_t ch = c0; ch < c1; ++ch) {
       const std::int64_t r0 = ch * grain, r1 = std::min(rows, r0 + grain);
-      if (in_tiles(act, r1 - r0, n, k, x + r0 * k, w, b, res ? res + r0 * n : nullptr, y + r0 * n)) continue;
+      if (in_tiles(act, r1 - r0, n, k, x + r0 * k, w, b, res ? res + r0 * n : nullptr, y + r0 * n, 0, -1, kept))
+        continue;
       gemm<T>(false, true, r1 - r0, n, k, T(1), x + r0 * k, k, w, k, T(0), y + r0 * n, n);
       epilogue(act, y, z_saved, b, res, r0, r1, n);  // while the rows are in cache
     }

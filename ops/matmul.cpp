@@ -196,12 +196,19 @@ void forward_kernel(matmul_def, const op_args<T>& a) {
   const T* B = a.input(1);
   if (d.general) {
     general_forward<T>(d, A, B, a.out);
-  } else if (d.a_flat) {
-    // a's batch and rows flatten into one [batch·M, K] matrix: a single GEMM against b.
-    batched_gemm<T>(false, d.tb, 1, d.batch * d.m, d.n, d.k, A, d.lda, 0, B, d.ldb, 0, a.out, 0, T(0), d.bf16);
+    return;
+  }
+  // b may be a weight kept packed (exec_options::pack_weights), read by products of two rows or more
+  const sgemm_packed_b* kept = nullptr;
+  if constexpr (std::is_same_v<T, float>)
+    if (a.kept && !d.ta && !d.bf16 && (d.a_flat ? d.batch * d.m : d.m) >= 2 && (d.batch == 1 || d.b_shared))
+      kept = kept_packing(a.kept, d.tb, d.n, d.k, B, d.ldb);
+  if (d.a_flat) {
+    // a's batch and rows flatten into one [batch·M, K] matrix: a single GEMM against b
+    batched_gemm<T>(false, d.tb, 1, d.batch * d.m, d.n, d.k, A, d.lda, 0, B, d.ldb, 0, a.out, 0, T(0), d.bf16, kept);
   } else {
     batched_gemm<T>(d.ta, d.tb, d.batch, d.m, d.n, d.k, A, d.lda, d.read_a, B, d.ldb, d.read_b, a.out,
-                    d.stride_c, T(0), d.bf16);
+                    d.stride_c, T(0), d.bf16, kept);
   }
 }
 

@@ -441,13 +441,22 @@ bool sgemm_avx512_panels(std::int64_t m, std::int64_t w, std::int64_t k, float a
   return true;
 }
 
+bool sgemm_avx512_columns(bool trans_a, std::int64_t m, float alpha, const float* a, std::int64_t lda,
+                          const sgemm_packed_b& b, std::int64_t j0, std::int64_t w, float beta, float* c,
+                          std::int64_t ldc, const gemm_epilogue& epilogue) {
+  if (j0 < 0 || w < 0 || j0 > b.n_ - w) return false;
+  if (!b.panels_) {
+    const float* b0 = b.b_ ? b.b_ + (b.trans_ ? j0 * b.ldb_ : j0) : nullptr;
+    return sgemm_avx512(trans_a, b.trans_, m, w, b.k_, alpha, a, lda, b0, b.ldb_, beta, c, ldc, epilogue);
+  }
+  if (j0 % panel_cols != 0 || !sgemm_avx512_takes(trans_a, b.trans_, m, w, b.k_)) return false;
+  from_packed(trans_a, m, w, b.k_, alpha, a, lda, b.panels_, b.n_, j0, beta, c, ldc, epilogue);
+  return true;
+}
+
 bool sgemm_avx512(bool trans_a, std::int64_t m, float alpha, const float* a, std::int64_t lda, const sgemm_packed_b& b,
                   float beta, float* c, std::int64_t ldc, const gemm_epilogue& epilogue) {
-  if (!b.panels_)
-    return sgemm_avx512(trans_a, b.trans_, m, b.n_, b.k_, alpha, a, lda, b.b_, b.ldb_, beta, c, ldc, epilogue);
-  if (!sgemm_avx512_takes(trans_a, b.trans_, m, b.n_, b.k_)) return false;
-  from_packed(trans_a, m, b.n_, b.k_, alpha, a, lda, b.panels_, b.n_, 0, beta, c, ldc, epilogue);
-  return true;
+  return sgemm_avx512_columns(trans_a, m, alpha, a, lda, b, 0, b.count(), beta, c, ldc, epilogue);
 }
 
 #else
@@ -473,6 +482,10 @@ bool sgemm_avx512_panels(std::int64_t, std::int64_t, std::int64_t, float, const 
 }
 bool sgemm_avx512(bool, std::int64_t, float, const float*, std::int64_t, const sgemm_packed_b&, float, float*,
                   std::int64_t, const gemm_epilogue&) {
+  return false;
+}
+bool sgemm_avx512_columns(bool, std::int64_t, float, const float*, std::int64_t, const sgemm_packed_b&, std::int64_t,
+                          std::int64_t, float, float*, std::int64_t, const gemm_epilogue&) {
   return false;
 }
 bool sgemm_avx512(bool, bool, std::int64_t, std::int64_t, std::int64_t, float, const float*, std::int64_t, const float*,

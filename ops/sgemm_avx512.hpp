@@ -104,8 +104,8 @@ class sgemm_packed_b {
   bool packed() const { return panels_ != nullptr; }
 
  private:
-  friend bool sgemm_avx512(bool, std::int64_t, float, const float*, std::int64_t, const sgemm_packed_b&, float,
-                           float*, std::int64_t, const gemm_epilogue&);
+  friend bool sgemm_avx512_columns(bool, std::int64_t, float, const float*, std::int64_t, const sgemm_packed_b&,
+                                   std::int64_t, std::int64_t, float, float*, std::int64_t, const gemm_epilogue&);
   bool trans_;
   std::int64_t n_, k_;
   const float* b_;
@@ -137,5 +137,14 @@ bool sgemm_avx512_panels(std::int64_t m, std::int64_t w, std::int64_t k, float a
 /// sgemm_avx512 would not take the shape.
 bool sgemm_avx512(bool trans_a, std::int64_t m, float alpha, const float* a, std::int64_t lda, const sgemm_packed_b& b,
                   float beta, float* c, std::int64_t ldc, const gemm_epilogue& epilogue = {});
+
+/// The same product for columns [j0, j0 + w) of op(B) only (j0 a multiple of 32 when b is
+/// packed): c, ldc and the epilogue's bias and residual address column j0 of C, as
+/// sgemm_avx512(trans_a, b's trans_b, m, w, b.k(), ..., op(B) from column j0, ...) takes them,
+/// and give its bits. False, having touched nothing, for a range outside op(B), a j0 off the
+/// panels, or a shape sgemm_avx512 would not take.
+bool sgemm_avx512_columns(bool trans_a, std::int64_t m, float alpha, const float* a, std::int64_t lda,
+                          const sgemm_packed_b& b, std::int64_t j0, std::int64_t w, float beta, float* c,
+                          std::int64_t ldc, const gemm_epilogue& epilogue = {});
 
 }  // namespace loom::ops

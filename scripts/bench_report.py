@@ -21,6 +21,7 @@ LABELS = {"tiny_train": "train step, tiny enc–dec (d=64, h=4, 2+2, ffn 256, V=
           "gqa_fwdbwd": "GQA attention forward+backward, causal (B=4, Hq=16, Hkv=4, T=S=512, d=64)",
           "decode": "greedy decode, KV cache, per token (2 layers, d=256, h=8, ffn 1024, V=1000, prompt 16, 128 new)",
           "decode_b8": "the same for 8 sequences at once, per step (8 tokens)",
+          "decode_b8_packed": "decode_b8 with each weight packed for the GEMM once (exec_options::pack_weights; loom only)",
           "decode_t512": "greedy decode as above with 512 new tokens (cache up to 528 positions), per token",
           "decode_int8": "decode with the weights in int8 (exec_options::weights; loom only), 128 new, per token",
           "decode_int8_t512": "decode_t512 with the weights in int8 (loom only), per token",
@@ -113,10 +114,13 @@ def report(results, meta):
                 if lo and bw and name == "decode_gemv":
                     notes.append(f"{100 * (lo['bytes'] / lo['median_s']) / (bw['bytes'] / bw['median_s']):.0f}% of "
                                  "read_bw_decode")
-            elif name in ("decode", "decode_b8", "decode_t512", "decode_int8", "decode_int8_t512"):
+            elif name in ("decode", "decode_b8", "decode_b8_packed", "decode_t512", "decode_int8", "decode_int8_t512"):
                 base = by.get(("loom", "decode" if name == "decode_int8" else "decode_t512", n))
                 if lo and base and name.startswith("decode_int8"):
                     notes.append(f"**{seconds(base) / seconds(lo):.2f}× loom float32** ({fmt_time(seconds(base))})")
+                unpacked = by.get(("loom", "decode_b8", n))
+                if lo and unpacked and name == "decode_b8_packed":
+                    notes.append(f"**{seconds(unpacked) / seconds(lo):.2f}× decode_b8** ({fmt_time(seconds(unpacked))})")
                 bw = by.get(("loom", "read_bw_decode", n))
                 if lo and "weight_bytes" in lo and not lo.get("int8"):  # int8 reads a quarter of them
                     notes.append(f"loom: its {lo['weight_bytes'] / 2 ** 20:.1f} MiB of parameters per step time "

@@ -102,7 +102,7 @@ def case_names():
     for b, t, d, h in MHA_SHAPES:
         names += [mha_name("fwd", b, t, d, h), mha_name("fwdbwd", b, t, d, h)]
     return names + ["tiny_train", "small_train", "small_train_recompute", "gqa_fwd", "gqa_fwdbwd", "decode", "decode_b8",
-                    "decode_t512", "decode_int8", "decode_int8_t512", "sgemm",
+                    "decode_b8_packed", "decode_t512", "decode_int8", "decode_int8_t512", "sgemm",
                     "fma_peak", "read_bw_memory", "read_bw_decode", "decode_gemv", "decode_gemv_int8",
                     "mha_fwd_b1_t1024_d512_h8_bf16", "mha_fwdbwd_b1_t1024_d512_h8_bf16", "tiny_train_bf16",
                     "small_train_bf16"]
@@ -110,11 +110,12 @@ def case_names():
 
 # Cases PyTorch has no side of: the machine's FMA peak, which every GFLOP/s figure is read against,
 # its read bandwidth (from memory, and over the decode case's weight bytes), and the decode case's
-# weight GEMVs alone (read against the latter); and loom's decoding with int8 weights (read
-# against decode and decode_t512, and decode_gemv). The bf16 cases (*_bf16: loom's
+# weight GEMVs alone (read against the latter); loom's decoding with int8 weights (read
+# against decode and decode_t512, and decode_gemv) and with its weights packed once
+# (exec_options::pack_weights, read against decode_b8). The bf16 cases (*_bf16: loom's
 # exec_options::precision = bf16) have PyTorch's CPU autocast to bfloat16 as their peer.
 LOOM_ONLY = {"fma_peak", "read_bw_memory", "read_bw_decode", "decode_gemv", "decode_int8", "decode_int8_t512",
-             "decode_gemv_int8"}
+             "decode_gemv_int8", "decode_b8_packed"}
 
 
 def mha_flop(b, t, d):

@@ -247,7 +247,27 @@ TEST_CASE("op(B) packed once gives every row chunk the bits of the unpacked prod
         }
         INFO("beta " << beta << " relu " << relu);
         CHECK(whole == chunked);  // the padding past column n of each row of C included
+        // column blocks of 32 or 64 (the fused linear's split of a few rows over the threads); the
+        // last takes what is left when fewer than 16 columns would (the kernel's narrowest product)
+        for (const i64 width : {i64{32}, i64{64}}) {
+          std::vector<float> blocks = c0;
+          for (i64 j0 = 0, w = 0; j0 < s.n; j0 += w) {
+            w = s.n - j0 < width + 16 ? s.n - j0 : width;
+            const ops::gemm_epilogue ej{e.bias + j0, relu, e.residual ? e.residual + j0 : nullptr, ldc};
+            REQUIRE(ops::sgemm_avx512_columns(s.ta, m, 0.75f, a.data(), lda, packed, j0, w, beta, blocks.data() + j0,
+                                              ldc, ej));
+          }
+          INFO("column blocks of " << width);
+          CHECK(whole == blocks);
+        }
       }
+    // a range outside op(B), or (packed) not on a panel's first column: refused, nothing touched
+    std::vector<float> c = c0;
+    CHECK_FALSE(ops::sgemm_avx512_columns(s.ta, m, 1.f, a.data(), lda, packed, 32, s.n, 0.f, c.data(), ldc));
+    CHECK_FALSE(ops::sgemm_avx512_columns(s.ta, m, 1.f, a.data(), lda, packed, -32, 32, 0.f, c.data(), ldc));
+    if (packed.packed())
+      CHECK_FALSE(ops::sgemm_avx512_columns(s.ta, m, 1.f, a.data(), lda, packed, 16, 16, 0.f, c.data(), ldc));
+    CHECK(c == c0);
   }
   // a shape the kernel does not take (N above 1024): nothing is packed and nothing is touched
   std::vector<float> wide(static_cast<std::size_t>(2048 * 4), 1.f), x(8, 1.f), c(2 * 2048, -3.f);

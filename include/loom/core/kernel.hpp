@@ -21,6 +21,7 @@
 
 #include <array>
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <type_traits>
 
@@ -41,6 +42,15 @@ struct int8_weights {
   std::int8_t at(std::int64_t j, std::int64_t k) const {
     return q[((j / 16) * (padded_cols / 2) + k / 2) * 32 + (j % 16) * 2 + (k % 2)];
   }
+};
+
+/// What a kernel keeps from one forward() to the next for a weight that does not change between
+/// them (exec_options::pack_weights): the weight copied into the layout its products read. The
+/// kernel makes it at its first call, when `made` is empty, and reads it at later calls; the
+/// executor empties it when the parameters may have changed (a layout change, requantize()).
+/// Only the kernel of the node it belongs to reads or writes it (one call at a time).
+struct kept_weight {
+  std::shared_ptr<void> made;
 };
 
 /// What a kernel receives: its node, its inputs' values and dims, its output, and in
@@ -74,6 +84,10 @@ struct op_args {
   /// quantized to int8 (exec_options::weights): matmul and the fused linear then read it instead
   /// of input(1). Null otherwise (always in double and in backward).
   const int8_weights* int8 = nullptr;
+  /// Set in forward for a weight product (as int8 above) when the executor holds its weights
+  /// unchanged between forward() calls (exec_options::pack_weights) and the node does not read
+  /// int8: where its kernel may keep the weight in its products' layout. Null otherwise.
+  kept_weight* kept = nullptr;
   // a fused node's parameters, made by the plan rewrite that created it (op_entry::fused)
   const void* fused = nullptr;
   // the buffer forward writes for backward (op_entry::saved_elements), or nullptr

@@ -77,6 +77,16 @@ struct exec_options {
   /// parameters in place are not seen until then. forward() throws value_error, naming the
   /// parameter, for a weight with a NaN or an infinity. docs/precision.md.
   weight_precision weights = weight_precision::f32;
+  /// With `inference`: every weight W [N, K] of a product x · Wᵀ whose W is a parameter (the
+  /// products `weights` = int8 would quantize) is copied once into the layout loom's GEMM reads
+  /// (its column panels) at the first forward() that multiplies it by two rows or more, and every
+  /// later such product reads the copy instead of transposing W again: the same bits, one more
+  /// copy of those weights in memory. Pays where the same weights multiply a few rows at every
+  /// call: decoding 8 sequences at once spent half its step transposing weights. One-row products
+  /// (GEMVs) read W as it is. Float executors on CPUs with loom's GEMM; elsewhere nothing is
+  /// copied. Like int8, the copies are made again after a change of the store's layout and after
+  /// requantize(); values written into the parameters in place are not seen until then.
+  bool pack_weights = false;
   /// Names of parameters whose products x · Wᵀ stay float32 whatever `precision` and `weights`
   /// say (the per-node override): an lm head or a first layer kept exact, say. Each must be a
   /// parameter of the graph that some such product reads as its weight (value_error otherwise).
@@ -166,10 +176,10 @@ class executor {
   /// The value the last forward() bound to a dynamic dim.
   std::int64_t bound(std::string_view symbol) const;
 
-  /// With exec_options::weights = int8: quantizes the weights again, from the store's values,
-  /// at the next forward() — after new values were written into the parameters in place (a
-  /// checkpoint loaded into the store, say), which the executor does not see by itself. Does
-  /// nothing otherwise.
+  /// With exec_options::weights = int8 or pack_weights: quantizes (or copies) the weights again,
+  /// from the store's values, at the next forward() — after new values were written into the
+  /// parameters in place (a checkpoint loaded into the store, say), which the executor does not
+  /// see by itself. Does nothing otherwise.
   void requantize();
   /// Throws value_error unless 0 ≤ threads ≤ max_threads (the old count is kept then).
   void set_threads(int threads);
