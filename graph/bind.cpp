@@ -271,9 +271,8 @@ void executor<T>::impl::bind(std::span<const feed> given) {
   bound = true;
   bound_layout = params->layout_version();
   if (repack) {  // the kernels copy their weights again from the store's values
-    kept.assign(static_cast<std::size_t>(n), {});
-    keeps_weight.assign(static_cast<std::size_t>(n), 0);
-    for (int i = 0; i < n; ++i) keeps_weight[static_cast<std::size_t>(i)] = !weight_of(i).empty();
+    kept.clear();
+    for (int i = 0; i < n; ++i) kept.push_back(weight_of(i).empty() ? nullptr : std::make_unique<kept_weight>());
     packed_layout = bound_layout;
   }
 }

@@ -166,8 +166,7 @@ ops::op_args<T> executor<T>::impl::args(int i) const {
   a.training = opts.training;
   a.bf16 = std::is_same_v<T, float> && opts.precision == compute_precision::bf16 && !float_product[static_cast<std::size_t>(i)];
   a.int8 = int8_of.empty() ? nullptr : int8_of[static_cast<std::size_t>(i)];
-  if (!a.int8 && static_cast<std::size_t>(i) < keeps_weight.size() && keeps_weight[static_cast<std::size_t>(i)])
-    a.kept = &kept[static_cast<std::size_t>(i)];
+  if (!a.int8 && static_cast<std::size_t>(i) < kept.size()) a.kept = kept[static_cast<std::size_t>(i)].get();
   a.fused = plan.order[i]->fused;
   a.saved = buffers.saved_buf[i] >= 0 ? mem_ptr + off_saved[i] : nullptr;
   a.scratch = buffers.scratch_buf[i] >= 0 ? mem_ptr + off_scratch[i] : nullptr;

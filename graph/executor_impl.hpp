@@ -127,12 +127,11 @@ struct executor<T>::impl {
   std::vector<int8_weights> int8_view;        // per node: the same as the kernels read it
   std::vector<const int8_weights*> int8_of;   // per node: the weight its kernel reads, or null
   void quantize_weights();
-  // ---- exec_options::pack_weights: per node, what its kernel keeps of its weight (op_args::kept),
-  // emptied at a bind when the store's layout is not packed_layout (0: not made for this plan,
-  // or requantize()); mutable: args() hands the kernels a pointer into it
+  // ---- exec_options::pack_weights: per node, what its kernel keeps of its weight (op_args::kept;
+  // null for a node that is not a weight product), made anew at a bind when the store's layout
+  // is not packed_layout (0: not made for this plan, or requantize())
   std::uint64_t packed_layout = 0;
-  mutable std::vector<kept_weight> kept;
-  std::vector<std::uint8_t> keeps_weight;  // per node: its kernel is given kept[i] (a weight product)
+  std::vector<std::unique_ptr<kept_weight>> kept;
   // per node: a product x · Wᵀ whose W is named in exec_options::float_weights (adopt_plan)
   std::vector<std::uint8_t> float_product;
   // whether node i's op reads input 1 as a weight x · Wᵀ (op_traits::reads_int8_weight) and that

@@ -18,6 +18,7 @@
 #include "loom/core/errors.hpp"
 #include "loom/core/tensor.hpp"  // aligned_allocator
 #include "loom/core/parallel.hpp"
+#include "gemm_chunks.hpp"  // columns_of_op
 #include "bgemm.hpp"
 #include "sgemm_avx512.hpp"
 
@@ -126,9 +127,11 @@ void gemm(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64
 }
 
 void gemm(bool trans_a, std::int64_t m, float alpha, const float* a, std::int64_t lda, const sgemm_packed_b& b,
-          float beta, float* c, std::int64_t ldc) {
-  if (m >= 2 && sgemm_avx512(trans_a, m, alpha, a, lda, b, beta, c, ldc)) return;
-  gemm<float>(trans_a, b.trans(), m, b.count(), b.k(), alpha, a, lda, b.operand(), b.ld(), beta, c, ldc);
+          float beta, float* c, std::int64_t ldc, std::int64_t j0, std::int64_t w) {
+  if (w < 0) w = b.count() - j0;
+  if (m >= 2 && sgemm_avx512_columns(trans_a, m, alpha, a, lda, b, j0, w, beta, c, ldc)) return;
+  gemm<float>(trans_a, b.trans(), m, w, b.k(), alpha, a, lda, gemm_chunks::columns_of_op(b.operand(), b.trans(), b.ld(), j0),
+              b.ld(), beta, c, ldc);
 }
 
 template void gemm<float>(bool, bool, std::int64_t, std::int64_t, std::int64_t, float, const float*, std::int64_t,

@@ -17,10 +17,11 @@ void gemm(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64
 
 class sgemm_packed_b;
 
-/// gemm<float>(trans_a, b's trans_b, m, b.count(), b.k(), alpha, a, lda, b's operand, ldb, beta, c,
-/// ldc), the same bits, reading op(B) from its packed copy where loom's kernel computes the
-/// product (two rows or more; one row is gemm's GEMV, as unpacked).
+/// gemm<float>(trans_a, b's trans_b, m, w, b.k(), alpha, a, lda, b's operand from column j0, ldb,
+/// beta, c, ldc) for columns [j0, j0 + w) of op(B) (all of them by default; c addresses column j0
+/// of C), the same bits, reading op(B) from its packed copy where loom's kernel computes the
+/// product (two rows or more, j0 on a panel; one row is gemm's GEMV, as unpacked).
 void gemm(bool trans_a, std::int64_t m, float alpha, const float* a, std::int64_t lda, const sgemm_packed_b& b,
-          float beta, float* c, std::int64_t ldc);
+          float beta, float* c, std::int64_t ldc, std::int64_t j0 = 0, std::int64_t w = -1);
 
 }  // namespace loom::ops

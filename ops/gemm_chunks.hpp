@@ -87,10 +87,11 @@ P columns_of_op(P y, bool trans, std::int64_t ld, std::int64_t j0) {
 
 // op(B) [k, n] (trans_b, b, ldb as sgemm_avx512 takes them) packed as loom's float kernel reads
 // it, kept in `slot` from one forward() to the next (op_args::kept, exec_options::pack_weights):
-// made at the first call, again if the slot holds another operand's. Null without a slot.
-inline const sgemm_packed_b* kept_packing(kept_weight* slot, bool trans_b, std::int64_t n, std::int64_t k,
-                                          const float* b, std::int64_t ldb) {
-  if (!slot) return nullptr;
+// made at the first product of two rows or more, again if the slot holds another operand's. Null
+// without a slot and for one row (a GEMV, which reads op(B) as it is: nothing to pack for).
+inline const sgemm_packed_b* kept_packing(kept_weight* slot, std::int64_t rows, bool trans_b, std::int64_t n,
+                                          std::int64_t k, const float* b, std::int64_t ldb) {
+  if (!slot || rows < 2) return nullptr;
   auto* p = static_cast<const sgemm_packed_b*>(slot->made.get());
   // made for this operand (a parameter's address is fixed while the store's layout is; checked all the same)
   if (!p || p->operand() != b || p->trans() != trans_b || p->count() != n || p->k() != k || p->ld() != ldb) {
@@ -125,9 +126,10 @@ void in_column_blocks(bool tx, bool ty, std::int64_t batch, std::int64_t rows, s
     for (std::int64_t cb = c0; cb < c1; ++cb) {
       const std::int64_t j0 = cb * cols, w = std::min(cols, n - j0);
       if constexpr (std::is_same_v<T, float>)
-        if (kept && batch == 1 && !bf16 && rows >= 2 &&
-            sgemm_avx512_columns(tx, rows, 1.f, x, ldx, *kept, j0, w, beta, c + j0, n))
+        if (kept && batch == 1 && !bf16) {
+          gemm(tx, rows, 1.f, x, ldx, *kept, beta, c + j0, n, j0, w);
           continue;
+        }
       for (std::int64_t b = 0; b < batch; ++b)
         gemm<T>(tx, ty, rows, w, k, T(1), x + b * sx, ldx, columns_of_op(y + b * sy, ty, ldy, j0), ldy,
                 b == 0 ? beta : T(1), c + j0, n, bf16);

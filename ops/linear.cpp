@@ -122,15 +122,11 @@ bool in_column_tiles(linear_params::act_t act, std::int64_t rows, std::int64_t n
 }
 
 // w [n, k] as the float kernel packs it for x · wᵀ, kept from one forward() to the next
-// (exec_options::pack_weights): for products of two rows or more (one row is a GEMV, which reads
-// w as it is); null in double and when the executor keeps nothing.
+// (gemm_chunks::kept_packing); null in double.
 template <class T>
 const sgemm_packed_b* kept_w(const op_args<T>& a, std::int64_t rows, std::int64_t n, std::int64_t k, const T* w) {
-  if constexpr (std::is_same_v<T, float>) {
-    return rows >= 2 ? gemm_chunks::kept_packing(a.kept, true, n, k, w, k) : nullptr;
-  } else {
-    return nullptr;
-  }
+  if constexpr (std::is_same_v<T, float>) return gemm_chunks::kept_packing(a.kept, rows, true, n, k, w, k);
+  else return nullptr;
 }
 
 struct sizes {

@@ -201,8 +201,8 @@ void forward_kernel(matmul_def, const op_args<T>& a) {
   // b may be a weight kept packed (exec_options::pack_weights), read by products of two rows or more
   const sgemm_packed_b* kept = nullptr;
   if constexpr (std::is_same_v<T, float>)
-    if (a.kept && !d.ta && !d.bf16 && (d.a_flat ? d.batch * d.m : d.m) >= 2 && (d.batch == 1 || d.b_shared))
-      kept = kept_packing(a.kept, d.tb, d.n, d.k, B, d.ldb);
+    if (!d.ta && !d.bf16 && (d.batch == 1 || d.b_shared))
+      kept = kept_packing(a.kept, d.a_flat ? d.batch * d.m : d.m, d.tb, d.n, d.k, B, d.ldb);
   if (d.a_flat) {
     // a's batch and rows flatten into one [batch·M, K] matrix: a single GEMM against b
     batched_gemm<T>(false, d.tb, 1, d.batch * d.m, d.n, d.k, A, d.lda, 0, B, d.ldb, 0, a.out, 0, T(0), d.bf16, kept);

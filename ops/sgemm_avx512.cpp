@@ -446,8 +446,8 @@ bool sgemm_avx512_columns(bool trans_a, std::int64_t m, float alpha, const float
                           std::int64_t ldc, const gemm_epilogue& epilogue) {
   if (j0 < 0 || w < 0 || j0 > b.n_ - w) return false;
   if (!b.panels_) {
-    const float* b0 = b.b_ ? b.b_ + (b.trans_ ? j0 * b.ldb_ : j0) : nullptr;
-    return sgemm_avx512(trans_a, b.trans_, m, w, b.k_, alpha, a, lda, b0, b.ldb_, beta, c, ldc, epilogue);
+    return sgemm_avx512(trans_a, b.trans_, m, w, b.k_, alpha, a, lda, b.b_ + (b.trans_ ? j0 * b.ldb_ : j0), b.ldb_,
+                        beta, c, ldc, epilogue);
   }
   if (j0 % panel_cols != 0 || !sgemm_avx512_takes(trans_a, b.trans_, m, w, b.k_)) return false;
   from_packed(trans_a, m, w, b.k_, alpha, a, lda, b.panels_, b.n_, j0, beta, c, ldc, epilogue);

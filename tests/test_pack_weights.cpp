@@ -18,7 +18,8 @@ using namespace loom;
 
 namespace {
 
-constexpr long in_dim = 96, hidden = 320, out_dim = 64;
+// sizes at which 16 rows split every product into column blocks, and 700 rows into row chunks
+constexpr long in_dim = 128, hidden = 320, out_dim = 1024;
 
 // every kind of weight product the fused linear runs (relu, none, a residual) and x · Wᵀ
 auto products() {
@@ -46,8 +47,8 @@ std::vector<float> run(executor<float>& ex, const tensor<float>& x) {
 TEST_CASE("pack_weights: every weight product gives the bits of the executor without it, call after call") {
   auto g = products();
   auto params = products_params();
-  // 1 row (GEMV), 2 and 8 rows (a few: column blocks), 700 rows (row chunks)
-  for (const std::int64_t rows : {1, 2, 8, 700}) {
+  // 1 row (GEMV), 2 and 8 rows (one piece), 16 rows (column blocks), 700 rows (row chunks)
+  for (const std::int64_t rows : {1, 2, 8, 16, 700}) {
     const auto x = test::random_tensor<float>({rows, in_dim}, 100 + static_cast<std::uint64_t>(rows));
     for (const int threads : {1, 2, 4}) {
       auto plain = g.executor<float>(params, {.threads = threads, .inference = true});
@@ -70,28 +71,34 @@ TEST_CASE("pack_weights: every weight product gives the bits of the executor wit
 
 TEST_CASE("pack_weights: values written in place are seen after requantize(), a new layout by itself") {
   auto g = products();
-  auto params = products_params();
-  const auto x = test::random_tensor<float>({8, in_dim}, 5);
-  auto packed = g.executor<float>(params, {.inference = true, .pack_weights = true});
-  const auto before = run(packed, x);
-  params.set("w", test::random_tensor<float>({out_dim, in_dim}, 9));  // the same shape: written in place
-  auto fresh = [&] {
-    auto plain = g.executor<float>(params, {.inference = true});
-    return run(plain, x);
-  };
-  const auto now = fresh();
-  REQUIRE_FALSE(test::same_bits(now, before));
-  // as documented: the kept copy is read until requantize() (this is what shows that one is kept)
-  CHECK(test::same_bits(run(packed, x), before));
-  packed.requantize();
-  CHECK(test::same_bits(run(packed, x), now));
+  // every weight written in place: an output that stays the same shows that every product of
+  // the pass (one piece, column blocks, row chunks) read a kept copy
+  const char* weights[] = {"up.weight", "down.weight", "mid.weight", "w"};
+  for (const std::int64_t rows : {8, 16, 700}) {
+    auto params = products_params();
+    const auto x = test::random_tensor<float>({rows, in_dim}, 5);
+    auto packed = g.executor<float>(params, {.threads = 2, .inference = true, .pack_weights = true});
+    const auto before = run(packed, x);
+    std::uint64_t seed = 9;
+    for (const char* name : weights) params.set(name, test::random_tensor<float>(params.value(name).dims(), seed++));
+    auto fresh = [&] {
+      auto plain = g.executor<float>(params, {.inference = true});
+      return run(plain, x);
+    };
+    const auto now = fresh();
+    INFO("rows " << rows);
+    REQUIRE_FALSE(test::same_bits(now, before));
+    CHECK(test::same_bits(run(packed, x), before));  // as documented: the kept copies until requantize()
+    packed.requantize();
+    CHECK(test::same_bits(run(packed, x), now));
 
-  param_store<float> other = params;  // a whole store assigned: a layout change
-  other.value("up.weight").data()[0] = 3.f;
-  params = other;
-  const auto after = fresh();
-  CHECK_FALSE(test::same_bits(after, now));
-  CHECK(test::same_bits(run(packed, x), after));
+    param_store<float> other = params;  // a whole store assigned: a layout change
+    other.value("up.weight").data()[0] = 3.f;
+    params = other;
+    const auto after = fresh();
+    CHECK_FALSE(test::same_bits(after, now));
+    CHECK(test::same_bits(run(packed, x), after));
+  }
 }
 
 TEST_CASE("pack_weights: refused for training, and nothing changes for an executor in double") {

@@ -85,8 +85,9 @@ struct exec_options {
   /// call: decoding 8 sequences at once spent half its step transposing weights. One-row products
   /// (GEMVs) read W as it is. Float executors on CPUs with loom's GEMM, float32 products only
   /// (with precision = bf16 the bf16 products round and pack W per call, as without it; int8
-  /// weights are quantized once anyway); elsewhere nothing is copied. Like int8, the copies are made again after a change of the store's layout and after
-  /// requantize(); values written into the parameters in place are not seen until then.
+  /// weights are quantized once anyway); elsewhere nothing is copied. Like int8, the copies are
+  /// made again after a change of the store's layout and after requantize(); values written into
+  /// the parameters in place are not seen until then.
   bool pack_weights = false;
   /// Names of parameters whose products x · Wᵀ stay float32 whatever `precision` and `weights`
   /// say (the per-node override): an lm head or a first layer kept exact, say. Each must be a
