@@ -116,14 +116,7 @@ LOOM_VECTOR_CLONES void forward_rows(const problem<T>& pr, T* out, T* lse, std::
       const T alpha = m[ri] == neg_inf ? T(0) : vexp(m[ri] - m_new);
       // e^(s − m) stored and summed in one pass (a second pass that loaded what this one had
       // just stored, in halves, waited for the stores: a fifth of this kernel's time)
-      const vec<T> base = splat<vec<T>>(m_new);
-      vec<T> sum{};
-      for (std::int64_t j = 0; j < ws; j += lanes) {
-        const vec<T> e = vexp_lanes<T>(load(row + j) - base);
-        store(row + j, e);
-        sum += e;
-      }
-      l[ri] = l[ri] * alpha + lane_total<T>(sum);
+      l[ri] = l[ri] * alpha + exp_row_sum(row, ws, m_new);
       if (alpha != T(1))
         for (std::int64_t c = 0; c < dv; ++c) acc[ri * dv + c] *= alpha;
       m[ri] = m_new;

@@ -102,6 +102,69 @@ template <class T>
   return v[0];
 }
 
+/// Whether the CPU runs the AVX-512 version of the kernels (vector_isa.hpp). Without AVX-512, GCC
+/// 12 keeps a 64-byte generic vector (vec<float>) in memory rather than in two ymm registers:
+/// each operation on one went through the stack, lane by lane (forward_rows's exponentials were
+/// 35% of an MHA forward on AMD EPYC family 25 model 1, Zen 3, AVX2). The hottest loops
+/// therefore also have a version over 32-byte halves, taken when this is false.
+inline const bool wide_vectors = [] {
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("x86-64-v4") != 0;
+}();
+
+/// row[j] = e^(row[j] − m) for j < ws (ws a multiple of `lanes`; vexp_lanes per element), and
+/// the sum of the new values in `lanes` lanes (element j in lane j mod lanes) then lane_total.
+/// exp_row_sum_wide works on vec<T>; exp_row_sum_halves (float) on 32-byte halves, adding lanes k
+/// and k + 8 first as lane_total does: the same bits (a + b and b + a are the same float).
+template <class T>
+[[gnu::always_inline]] inline T exp_row_sum_wide(T* row, std::int64_t ws, T m) {
+  const vec<T> base = splat<vec<T>>(m);
+  vec<T> sum{};
+  for (std::int64_t j = 0; j < ws; j += lanes) {
+    const vec<T> e = vexp_lanes<T>(load(row + j) - base);
+    store(row + j, e);
+    sum += e;
+  }
+  return lane_total<T>(sum);
+}
+
+[[gnu::always_inline]] inline float exp_row_sum_halves(float* row, std::int64_t ws, float m) {
+  static_assert(lanes == 16, "two halves of 8 floats");
+  using H = gcc_vector<float, 32>;
+  using I = gcc_vector<std::int32_t, 32>;
+  const H base = m - H{}, lo = -88.0f - H{}, hi = 88.3f - H{};
+  H s0{}, s1{};
+  for (std::int64_t j = 0; j < ws; j += lanes) {
+    H x0, x1;
+    std::memcpy(&x0, row + j, sizeof x0);
+    std::memcpy(&x1, row + j + 8, sizeof x1);
+    x0 -= base;
+    x1 -= base;
+    x0 = x0 < lo ? lo : x0;  // vexp_lanes's clamps, in its order
+    x0 = hi < x0 ? hi : x0;
+    x1 = x1 < lo ? lo : x1;
+    x1 = hi < x1 ? hi : x1;
+    const H e0 = exp_clamped(x0), e1 = exp_clamped(x1);
+    std::memcpy(row + j, &e0, sizeof e0);
+    std::memcpy(row + j + 8, &e1, sizeof e1);
+    s0 += e0;
+    s1 += e1;
+  }
+  H t = s0 + s1;  // lane_total's steps on lanes [0, 8)
+  t += __builtin_shuffle(t, I{4, 5, 6, 7, 0, 1, 2, 3});
+  t += __builtin_shuffle(t, I{2, 3, 0, 1, 2, 3, 0, 1});
+  t += __builtin_shuffle(t, I{1, 0, 1, 0, 1, 0, 1, 0});
+  return t[0];
+}
+
+/// exp_row_sum_wide, or its halves where the CPU lacks AVX-512 (wide_vectors).
+template <class T>
+[[gnu::always_inline]] inline T exp_row_sum(T* row, std::int64_t ws, T m) {
+  if constexpr (std::is_same_v<T, float>)
+    if (!wide_vectors) return exp_row_sum_halves(row, ws, m);
+  return exp_row_sum_wide(row, ws, m);
+}
+
 template <class T>
 T* scratch(std::size_t elements) {
   thread_local std::vector<T> buffer;
