@@ -102,16 +102,6 @@ template <class T>
   return v[0];
 }
 
-/// Whether the CPU runs the AVX-512 version of the kernels (vector_isa.hpp). Without AVX-512, GCC
-/// 12 keeps a 64-byte generic vector (vec<float>) in memory rather than in two ymm registers:
-/// each operation on one went through the stack, lane by lane (forward_rows's exponentials were
-/// 35% of an MHA forward on AMD EPYC family 25 model 1, Zen 3, AVX2). The hottest loops
-/// therefore also have a version over 32-byte halves, taken when this is false.
-inline const bool wide_vectors = [] {
-  __builtin_cpu_init();
-  return __builtin_cpu_supports("x86-64-v4") != 0;
-}();
-
 /// row[j] = e^(row[j] − m) for j < ws (ws a multiple of `lanes`; vexp_lanes per element), and
 /// the sum of the new values in `lanes` lanes (element j in lane j mod lanes) then lane_total.
 /// exp_row_sum_wide works on vec<T>; exp_row_sum_halves (float) on 32-byte halves, adding lanes k
@@ -157,7 +147,8 @@ template <class T>
   return t[0];
 }
 
-/// exp_row_sum_wide, or its halves where the CPU lacks AVX-512 (wide_vectors).
+/// exp_row_sum_wide, or its halves where the CPU lacks AVX-512 (wide_vectors, vector_isa.hpp:
+/// without it the exponentials were 35% of an MHA forward on AMD EPYC family 25 model 1, Zen 3).
 template <class T>
 [[gnu::always_inline]] inline T exp_row_sum(T* row, std::int64_t ws, T m) {
   if constexpr (std::is_same_v<T, float>)

@@ -25,24 +25,29 @@ namespace loom::ops {
 /// however the columns are grouped.
 inline constexpr std::int64_t column_tile = 16;
 
-template <int Tiles, class T>
+// Bytes: the vector size, 64 (one zmm of floats) on CPUs with AVX-512, 32 elsewhere
+// (wide_vectors, vector_isa.hpp). A column's sum is the same either way (each lane adds its own
+// column's rows in order).
+template <int Tiles, int Bytes, class T>
 [[gnu::always_inline]] inline void sum_tiles(const T* __restrict x, std::int64_t ld, std::int64_t rows, std::int64_t t,
                                              T* __restrict dst, bool fresh) {  // in each clone
   constexpr std::int64_t width = column_tile;
-  using vec = gcc_vector<T, width * sizeof(T)>;
-  vec acc[Tiles];
-  for (int u = 0; u < Tiles; ++u) {
+  using vec = gcc_vector<T, Bytes>;
+  constexpr int per = static_cast<int>(width * sizeof(T) / Bytes);  // vectors per tile
+  constexpr std::int64_t step = Bytes / sizeof(T);                 // columns per vector
+  vec acc[Tiles * per];
+  for (int u = 0; u < Tiles * per; ++u) {
     acc[u] = vec{};
-    if (!fresh) std::memcpy(&acc[u], dst + t + u * width, sizeof(vec));
+    if (!fresh) std::memcpy(&acc[u], dst + t + u * step, sizeof(vec));
   }
   for (std::int64_t r = 0; r < rows; ++r)
-#pragma GCC unroll 4
-    for (int u = 0; u < Tiles; ++u) {
+#pragma GCC unroll 16
+    for (int u = 0; u < Tiles * per; ++u) {
       vec row;
-      std::memcpy(&row, x + r * ld + t + u * width, sizeof row);
+      std::memcpy(&row, x + r * ld + t + u * step, sizeof row);
       acc[u] += row;
     }
-  for (int u = 0; u < Tiles; ++u) std::memcpy(dst + t + u * width, &acc[u], sizeof(vec));
+  for (int u = 0; u < Tiles * per; ++u) std::memcpy(dst + t + u * step, &acc[u], sizeof(vec));
 }
 
 template <class T>
@@ -50,8 +55,13 @@ LOOM_VECTOR_CLONES void sum_columns(const T* __restrict x, std::int64_t ld, std:
                                     std::int64_t j1, T* __restrict dst, bool fresh) {
   constexpr std::int64_t width = column_tile;
   std::int64_t t = j0;
-  for (; t + 4 * width <= j1; t += 4 * width) sum_tiles<4>(x, ld, rows, t, dst, fresh);
-  for (; t + width <= j1; t += width) sum_tiles<1>(x, ld, rows, t, dst, fresh);
+  if (wide_vectors) {
+    for (; t + 4 * width <= j1; t += 4 * width) sum_tiles<4, 64>(x, ld, rows, t, dst, fresh);
+    for (; t + width <= j1; t += width) sum_tiles<1, 64>(x, ld, rows, t, dst, fresh);
+  } else {
+    for (; t + 4 * width <= j1; t += 4 * width) sum_tiles<4, 32>(x, ld, rows, t, dst, fresh);
+    for (; t + width <= j1; t += width) sum_tiles<1, 32>(x, ld, rows, t, dst, fresh);
+  }
   for (; t < j1; ++t) {
     T acc = fresh ? T(0) : dst[t];
     for (std::int64_t r = 0; r < rows; ++r) acc += x[r * ld + t];

@@ -19,3 +19,21 @@
 #else
 #define LOOM_VECTOR_CLONES
 #endif
+
+namespace loom::ops {
+
+/// Whether the CPU runs the AVX-512 version of the clones (x86-64-v4). Without AVX-512, GCC 12
+/// keeps a 64-byte generic vector (gcc_vector<float, 64>) in memory rather than in two ymm
+/// registers, and every operation on one goes through the stack; the hot loops written with
+/// 64-byte vectors therefore take a version over 32-byte vectors when this is false (the same
+/// bits), or another kernel.
+inline const bool wide_vectors = [] {
+#if defined(__x86_64__) && defined(__GNUC__)
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("x86-64-v4") != 0;
+#else
+  return false;
+#endif
+}();
+
+}  // namespace loom::ops
