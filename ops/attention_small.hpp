@@ -32,13 +32,15 @@ namespace fused_attention {  // named, not anonymous: the kernels' lambdas captu
 constexpr std::int64_t small_keys = 32;
 
 /// Whether the small-block kernels take this problem: every key in one block, more than one
-/// query row (decoding's one row keeps the path above), no dropout, and a CPU with AVX-512. They
-/// work on 64-byte vectors (16 query rows each), which GCC 12 keeps in memory without AVX-512
-/// (wide_vectors): on AMD EPYC family 25 model 1 (Zen 3, AVX2) they were 40% of the tiny training
-/// step, and the blocked kernels do the same work faster there (bench/README).
+/// query row (decoding's one row keeps the path above), no dropout, and a CPU with AVX-512 or
+/// bf16 products. The kernels work on 64-byte vectors (16 query rows each), which GCC 12 keeps
+/// in memory without AVX-512 (wide_vectors): on AMD EPYC family 25 model 1 (Zen 3, AVX2) they
+/// were 40% of the tiny training step, and the blocked kernels do the same work faster there.
+/// They multiply in float even when the products are bf16 (op_args::bf16), where the blocked
+/// kernels would round to bf16: so bf16 problems keep them on every CPU, for the same precision.
 template <class T>
 bool small_path(const problem<T>& pr) {
-  return pr.keys <= small_keys && pr.rows >= 2 && !pr.drop && wide_vectors;
+  return pr.keys <= small_keys && pr.rows >= 2 && !pr.drop && (wide_vectors || pr.bf16);
 }
 
 /// Asks for rows [0, rows) of x's entry n to be brought into the cache: the next entry's
