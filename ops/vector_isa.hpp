@@ -29,8 +29,10 @@ namespace loom::ops {
 /// bits), or another kernel.
 inline const bool wide_vectors = [] {
 #if defined(__x86_64__) && defined(__GNUC__)
-  __builtin_cpu_init();
-  return __builtin_cpu_supports("x86-64-v4") != 0;
+  __builtin_cpu_init();  // x86-64-v4's AVX-512 features, named one by one (Clang 14 has no "x86-64-v4")
+  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+         __builtin_cpu_supports("avx512cd") && __builtin_cpu_supports("avx512dq") &&
+         __builtin_cpu_supports("avx512vl");
 #else
   return false;
 #endif
