@@ -55,17 +55,17 @@ template <class T, class F>
 /// −∞). Same bits as vexp except for x in (−87.7, −87.3), where vexp gives 0 and this e^x
 /// (below 1.2e−38). In double: std::exp per lane. (A select of GCC's generic vectors of this
 /// width after a compare came out as scalar code per lane; the clamps' selects did not.)
+template <class V>  // a GCC vector of floats of any width (exp_row_sum_halves: 8 lanes)
+[[gnu::always_inline]] inline V vexp_float_lanes(V x) {
+  const V lo = -88.0f - V{}, hi = 88.3f - V{};
+  x = x < lo ? lo : x;
+  x = hi < x ? hi : x;
+  return exp_clamped(x);
+}
 template <class T>
 [[gnu::always_inline]] inline vec<T> vexp_lanes(const vec<T>& x) {
-  if constexpr (std::is_same_v<T, double>) {
-    return per_lane<T>(x, [](double v) { return std::exp(v); });
-  } else {
-    using V = vec<float>;
-    const V lo = splat<V>(-88.0f), hi = splat<V>(88.3f);
-    V xc = x < lo ? lo : x;
-    xc = hi < xc ? hi : xc;
-    return exp_clamped(xc);
-  }
+  if constexpr (std::is_same_v<T, double>) return per_lane<T>(x, [](double v) { return std::exp(v); });
+  else return vexp_float_lanes(x);
 }
 
 /// The index vectors of __builtin_shuffle for vec<T>: integers of T's size.
@@ -122,19 +122,13 @@ template <class T>
   static_assert(lanes == 16, "two halves of 8 floats");
   using H = gcc_vector<float, 32>;
   using I = gcc_vector<std::int32_t, 32>;
-  const H base = m - H{}, lo = -88.0f - H{}, hi = 88.3f - H{};
+  const H base = m - H{};
   H s0{}, s1{};
   for (std::int64_t j = 0; j < ws; j += lanes) {
     H x0, x1;
     std::memcpy(&x0, row + j, sizeof x0);
     std::memcpy(&x1, row + j + 8, sizeof x1);
-    x0 -= base;
-    x1 -= base;
-    x0 = x0 < lo ? lo : x0;  // vexp_lanes's clamps, in its order
-    x0 = hi < x0 ? hi : x0;
-    x1 = x1 < lo ? lo : x1;
-    x1 = hi < x1 ? hi : x1;
-    const H e0 = exp_clamped(x0), e1 = exp_clamped(x1);
+    const H e0 = vexp_float_lanes(x0 - base), e1 = vexp_float_lanes(x1 - base);
     std::memcpy(row + j, &e0, sizeof e0);
     std::memcpy(row + j + 8, &e1, sizeof e1);
     s0 += e0;
