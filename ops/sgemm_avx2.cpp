@@ -165,9 +165,11 @@ void pack_panel(bool trans_b, const float* b, std::int64_t ldb, std::int64_t j0,
   else pack_rows(b, ldb, j0, w, k, panel, width);
 }
 
-void panel_tiles(std::int64_t m, std::int64_t w, std::int64_t width, const float* a, std::int64_t a_row,
-                 std::int64_t a_k, const float* p, std::int64_t ld, std::int64_t k, float* c, std::int64_t ldc,
-                 float alpha, float beta, const gemm_epilogue& e) {
+namespace {
+
+// panel_tiles with tile t's op(A) from a + t · a_tile: rows a_row apart inside it.
+void tiles(i64 m, i64 w, i64 width, const float* a, i64 a_row, i64 a_k, i64 a_tile, const float* p, i64 ld, i64 k,
+           float* c, i64 ldc, float alpha, float beta, const gemm_epilogue& e) {
   // K in blocks of k_block: a block of the panel (16 KiB) and the lines of op(A) it meets stay in
   // the first-level cache while every tile of rows passes over them. Unblocked, a long K read
   // both from the second level at every tile: a weight gradient [256, 1024]ᵀ · [1024, 256] ran
@@ -182,10 +184,47 @@ void panel_tiles(std::int64_t m, std::int64_t w, std::int64_t width, const float
       const int rows = static_cast<int>(std::min(tile_rows, m - i0));
       const gemm_epilogue ei{e.bias, e.relu, e.residual ? e.residual + i0 * e.ldr : nullptr, e.ldr};
       const sums s{part.data() + i0 * 32, first, last};
-      const float* ai = a + i0 * a_row + k0 * a_k;
+      const float* ai = a + i0 / tile_rows * a_tile + k0 * a_k;
       if (width == 32)
         tile_rows_of<4>(rows, ai, a_row, a_k, p + k0 * ld, ld, kn, c + i0 * ldc, ldc, alpha, beta, w, ei, s);
       else tile_rows_of<2>(rows, ai, a_row, a_k, p + k0 * ld, ld, kn, c + i0 * ldc, ldc, alpha, beta, w, ei, s);
+    }
+  }
+}
+
+// op(A)'s rows [0, rows) into strips of tile_rows rows: strip t at out + t · tile_rows · k, its
+// element (r, kk) at kk · tile_rows + r; the rows past `rows` in the last strip are zero.
+void pack_strips(i64 rows, i64 k, const float* a, i64 a_row, i64 a_k, float* out) {
+  for (i64 t = 0; t < rows; t += tile_rows) {
+    float* strip = out + t * k;
+    const i64 n = std::min(tile_rows, rows - t);
+    for (i64 kk = 0; kk < k; ++kk)
+      for (i64 r = 0; r < tile_rows; ++r) strip[kk * tile_rows + r] = r < n ? a[(t + r) * a_row + kk * a_k] : 0.f;
+  }
+}
+
+}  // namespace
+
+void panel_tiles(std::int64_t m, std::int64_t w, std::int64_t width, const float* a, std::int64_t a_row,
+                 std::int64_t a_k, const float* p, std::int64_t ld, std::int64_t k, float* c, std::int64_t ldc,
+                 float alpha, float beta, const gemm_epilogue& e) {
+  tiles(m, w, width, a, a_row, a_k, tile_rows * a_row, p, ld, k, c, ldc, alpha, beta, e);
+}
+
+void row_blocks(std::int64_t m, std::int64_t w, std::int64_t k, const float* a, std::int64_t a_row,
+                std::int64_t a_k, const float* panels, std::int64_t n, std::int64_t j0, float* c, std::int64_t ldc,
+                float alpha, float beta, const gemm_epilogue& e) {
+  thread_local std::vector<float> strips;  // one block of op(A), block_rows · k floats
+  strips.resize(static_cast<std::size_t>(block_rows * k));
+  for (i64 i0 = 0; i0 < m; i0 += block_rows) {
+    const i64 rows = std::min(block_rows, m - i0);
+    pack_strips(rows, k, a + i0 * a_row, a_row, a_k, strips.data());
+    for (i64 jj = 0; jj < w; jj += 32) {
+      const i64 at = j0 + jj, width = (std::min<i64>(32, n - at) + 15) / 16 * 16;
+      const gemm_epilogue ej{e.bias ? e.bias + jj : nullptr, e.relu,
+                             e.residual ? e.residual + i0 * e.ldr + jj : nullptr, e.ldr};
+      tiles(rows, std::min<i64>(32, w - jj), width, strips.data(), 1, tile_rows, tile_rows * k, panels + at * k,
+            width, k, c + i0 * ldc + jj, ldc, alpha, beta, ej);
     }
   }
 }
@@ -196,6 +235,8 @@ bool available() { return false; }
 void pack_panel(bool, const float*, std::int64_t, std::int64_t, std::int64_t, std::int64_t, float*, std::int64_t) {}
 void panel_tiles(std::int64_t, std::int64_t, std::int64_t, const float*, std::int64_t, std::int64_t, const float*,
                  std::int64_t, std::int64_t, float*, std::int64_t, float, float, const gemm_epilogue&) {}
+void row_blocks(std::int64_t, std::int64_t, std::int64_t, const float*, std::int64_t, std::int64_t, const float*,
+                std::int64_t, std::int64_t, float*, std::int64_t, float, float, const gemm_epilogue&) {}
 
 #endif
 

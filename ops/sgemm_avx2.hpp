@@ -29,4 +29,22 @@ void panel_tiles(std::int64_t m, std::int64_t w, std::int64_t width, const float
                  std::int64_t a_k, const float* p, std::int64_t ld, std::int64_t k, float* c, std::int64_t ldc,
                  float alpha, float beta, const gemm_epilogue& e);
 
+/// Products of more rows than this go in row blocks (row_blocks).
+constexpr std::int64_t many_rows = 256;
+
+/// Rows per block of row_blocks: 32 strips of 3 rows (with K = 1024, 384 KiB of op(A)).
+constexpr std::int64_t block_rows = 96;
+
+/// The product of a large op(A) (m > many_rows) with an op(B) whose panels are all packed
+/// (sgemm_pack_panels' layout: n columns in all, this product's w columns from column j0, a
+/// multiple of 32): c = alpha · op(A) · op(B) + beta · c, then the epilogue (its pointers at the
+/// product's first column and row). Row blocks of block_rows rows outside the panels, each block
+/// of op(A) copied once into strips of tile_rows rows that its tiles read in order, then every
+/// panel over it: the block stays in the second-level cache while the panels pass, where
+/// panel_tiles over all of op(A) streams it from the third level once per panel. The same
+/// chains of FMAs, so the same bits.
+void row_blocks(std::int64_t m, std::int64_t w, std::int64_t k, const float* a, std::int64_t a_row,
+                std::int64_t a_k, const float* panels, std::int64_t n, std::int64_t j0, float* c, std::int64_t ldc,
+                float alpha, float beta, const gemm_epilogue& e);
+
 }  // namespace loom::ops::sgemm_avx2

@@ -1,13 +1,12 @@
 // loom's single-precision GEMM (see sgemm_avx512.hpp). op(B) is copied one panel of 32 columns
-// at a time into a [K, 32] buffer (the last panel [K, 16] or [K, 32], zero-padded past N) just
-// before its tiles use it, unless B is [K, N] already, N is a multiple of 16 and B's row stride
-// is not a multiple of 4 KiB (only then do its rows all fall on the same cache sets); or once for
-// all the row chunks of a product that share it (sgemm_packed_b). op(A) is read in place, one
-// element broadcast per row and k. A tile of 8 rows × 32 columns (12 rows on CPUs that time them
-// faster: sgemm_avx512_tiling) keeps its sums in AVX-512 registers over the whole of K; the
-// columns past a ragged N are masked off when C is read and written, and the caller's epilogue
-// (bias, relu, residual) is applied in registers before the store. CPUs without AVX-512 run the
-// same panels through sgemm_avx2.cpp.
+// at a time into a [K, 32] buffer (the last [K, 16] or [K, 32], zero-padded past N) before its
+// tiles use it, unless B is [K, N] already, N a multiple of 16 and B's row stride not a multiple
+// of 4 KiB; or once for all the row chunks that share it (sgemm_packed_b). op(A) is read in place,
+// one element broadcast per row and k. A tile of 8 rows × 32 columns (12 rows where timed faster:
+// sgemm_avx512_tiling) keeps its sums in AVX-512 registers over the whole of K; columns past a
+// ragged N are masked off when C is read and written; the epilogue (bias, relu, residual) is
+// applied in registers. CPUs without AVX-512 run the same panels through sgemm_avx2.cpp (products
+// of many rows there in row blocks over op(B) packed once: sgemm_avx2::row_blocks).
 //
 // Measured on AMD EPYC (Zen 4), 1 thread (bench/bench_gemm, hot caches), against OpenBLAS
 // 0.3.21's sgemm (its Cooperlake kernel): 1.07–1.16× on all 13 shapes there (the tiny and small
@@ -207,10 +206,8 @@ i64 tile_rows_for(isa_t isa);
 // do not repay the copy) it is copied. Other strides read in place were faster than the copy on
 // AMD EPYC (Zen 4), bench_gemm 1 thread: tiny_dw 108 → 116 GFLOP/s, tiny_dx 113 → 116, small_dx
 // 111 → 114, row strides of 256–768 floats 1–4% faster; a stride of 1024 floats 4% slower.
-// The AVX2 kernel always copies: its tiles of 3 rows read each panel row for fewer
-// multiply-adds, and from scattered lines that cost more than the copy (same machine, forced
-// AVX2, GFLOP/s in place → copied: tiny_dx 85.6 → 105.7, small_dx 88.6 → 109.7, attn_pv 85.0 →
-// 105.1, small_dw 64.5 → 78–84 in two runs).
+// The AVX2 kernel always copies: its tiles of 3 rows read each panel row for fewer FMAs (same
+// CPU, forced AVX2, GFLOP/s in place → copied: tiny_dx 85.6 → 105.7, small_dx 88.6 → 109.7).
 bool packs_b(isa_t isa, bool trans_b, i64 m, i64 n, i64 ldb) {
   return isa == isa_t::avx2 || trans_b || n % 16 != 0 || (m > 32 && ldb % 1024 == 0);
 }
@@ -257,6 +254,8 @@ bool sgemm_avx512(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, st
                 const gemm_epilogue& epilogue) {
   if (!sgemm_avx512_takes(trans_a, trans_b, m, n, k)) return false;
   const isa_t isa = chosen_isa();
+  if (isa == isa_t::avx2 && m > sgemm_avx2::many_rows && n > panel_cols)  // in row blocks (sgemm_avx2::row_blocks)
+    return sgemm_avx512(trans_a, m, alpha, a, lda, sgemm_packed_b(trans_b, n, k, b, ldb), beta, c, ldc, epilogue);
   const bool pack = packs_b(isa, trans_b, m, n, ldb);
   thread_local std::vector<float> buffer;  // nothing else runs on this thread until the product is done
   if (pack) buffer.resize(static_cast<std::size_t>(k * panel_cols));
@@ -399,6 +398,9 @@ void pack_panels(isa_t isa, bool trans_b, const float* b, i64 ldb, i64 n, i64 k,
 void from_packed(bool trans_a, i64 m, i64 w, i64 k, float alpha, const float* a, i64 lda, const float* panels, i64 n,
                  i64 j0, float beta, float* c, i64 ldc, const gemm_epilogue& epilogue) {
   const isa_t isa = chosen_isa();
+  if (isa == isa_t::avx2 && m > sgemm_avx2::many_rows)
+    return sgemm_avx2::row_blocks(m, w, k, a, trans_a ? 1 : lda, trans_a ? lda : 1, panels, n, j0, c, ldc, alpha,
+                                  beta, epilogue);
   run_panels(
       isa, tile_rows_for(isa), trans_a, m, w, k, alpha, a, lda,
       [&](i64 jj, i64, i64) -> std::pair<const float*, i64> {

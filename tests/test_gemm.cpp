@@ -402,3 +402,62 @@ TEST_CASE("gemm with a packed op(B) gives gemm's bits for one row (its GEMV) and
     CHECK(std::memcmp(want.data(), got.data(), want.size() * sizeof(float)) == 0);
   }
 }
+
+TEST_CASE("the AVX2 kernel's row blocks (products of more than 256 rows) give the bits of row chunks and the right product") {
+  // without AVX-512 a product of many rows goes in blocks of 96 rows over op(B) packed whole, op(A)
+  // copied into strips of 3 rows; each element must still be the chain of FMAs that a chunk of
+  // fewer rows (read in place, panel by panel) computes. Forced to AVX2 on CPUs with AVX-512.
+  if (!(__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))) {
+    SUCCEED("no AVX2 and FMA on this CPU: the AVX2 kernel cannot run");
+    return;
+  }
+  ops::sgemm_force_isa(ops::sgemm_isa::avx2);
+  std::mt19937 rng(23);
+  std::uniform_real_distribution<float> u(-1.f, 1.f);
+  // m 301: three whole blocks, a fourth of 13 rows (its last strip one row); n 80: panels of 32,
+  // 32 and a ragged 16; k 300 crosses the tiles' K blocks of 128; k 1
+  for (const bool ta : {false, true})
+    for (const bool tb : {false, true})
+      for (const i64 k : {300, 1}) {
+        if (ta && tb) continue;  // not a shape the kernel takes (the BLAS computes it)
+        const i64 m = 301, n = 80, lda = (ta ? m : k) + 2, ldb = (tb ? k : n) + 3, ldc = n + 5;
+        std::vector<float> a(static_cast<std::size_t>((ta ? k : m) * lda)),
+            b(static_cast<std::size_t>((tb ? n : k) * ldb)), bias(static_cast<std::size_t>(n)),
+            res(static_cast<std::size_t>(m * ldc)), c0(static_cast<std::size_t>(m * ldc));
+        for (auto* v : {&a, &b, &bias, &res, &c0})
+          for (auto& x : *v) x = u(rng);
+        c0[5] = std::numeric_limits<float>::quiet_NaN();
+        for (const float beta : {0.f, -0.5f})
+          for (const bool relu : {false, true}) {
+            INFO("ta " << ta << " tb " << tb << " k " << k << " beta " << beta << " relu " << relu);
+            const ops::gemm_epilogue e{bias.data(), relu, relu ? nullptr : res.data(), ldc};
+            std::vector<float> whole = c0, chunks = c0, columns = c0;
+            REQUIRE(ops::sgemm_avx512(ta, tb, m, n, k, 1.25f, a.data(), lda, b.data(), ldb, beta, whole.data(), ldc, e));
+            for (i64 r0 = 0; r0 < m; r0 += 100) {  // chunks of at most 100 rows: the panels over all of them
+              const ops::gemm_epilogue er{bias.data(), relu, relu ? nullptr : res.data() + r0 * ldc, ldc};
+              const float* ar = ta ? a.data() + r0 : a.data() + r0 * lda;
+              REQUIRE(ops::sgemm_avx512(ta, tb, std::min<i64>(100, m - r0), n, k, 1.25f, ar, lda, b.data(), ldb, beta,
+                                        chunks.data() + r0 * ldc, ldc, er));
+            }
+            CHECK(std::memcmp(whole.data(), chunks.data(), whole.size() * sizeof(float)) == 0);
+            // columns [32, 80) of a packed op(B), all rows at once: row blocks from a panel past the first
+            const ops::sgemm_packed_b packed(tb, n, k, b.data(), ldb);
+            const ops::gemm_epilogue ec{bias.data() + 32, relu, relu ? nullptr : res.data() + 32, ldc};
+            REQUIRE(ops::sgemm_avx512_columns(ta, m, 1.25f, a.data(), lda, packed, 32, n - 32, beta,
+                                              columns.data() + 32, ldc, ec));
+            for (i64 i = 0; i < m; ++i)
+              CHECK(std::memcmp(columns.data() + i * ldc + 32, whole.data() + i * ldc + 32, (n - 32) * sizeof(float)) == 0);
+            for (i64 i = 0; i < m; ++i)  // columns [0, 32) and each row's padding untouched
+              CHECK(std::memcmp(columns.data() + i * ldc, c0.data() + i * ldc, 32 * sizeof(float)) == 0);
+            CHECK(whole[1] != c0[1]);  // computed
+          }
+      }
+  for (const bool ta : {false, true})  // and the product itself, against the double-precision one
+    for (const bool tb : {false, true}) {
+      INFO("ta " << ta << " tb " << tb);
+      CHECK(worst_error(product{ta, tb, 301, 40, 300, 1.f, 0.f}, false) < 1e-5);
+      CHECK(worst_error(product{ta, tb, 290, 48, 7, 0.5f, 2.f}, false) < 1e-5);
+      CHECK(worst_error(product{ta, tb, 290, 48, 7, 0.5f, 0.f}, true) < 1e-5);  // C (NaN) not read
+    }
+  ops::sgemm_force_isa(ops::sgemm_isa::cpu);
+}
