@@ -114,9 +114,8 @@ template <int NV>
   }
 }
 
-// The panel of columns [j0, j0 + w) of op(B) = bᵀ (b is [N, K]), zero-padded to `width`:
-// panel[kk · width + jj] = b[(j0 + jj) · ldb + kk]. Blocks of 16 × 16 are transposed in registers (three rounds of
-// unpacks and lane shuffles), the ragged edges one element at a time.
+// The panel of columns [j0, j0 + w) of op(B) = bᵀ (b [N, K]), zero-padded to `width`: 16 × 16 blocks
+// transposed in registers (three rounds of unpacks and lane shuffles), ragged edges one by one.
 [[gnu::target("avx512f")]] void pack_transposed(const float* b, i64 ldb, i64 j0, i64 w, i64 k, float* panel,
                                                 i64 width) {
   i64 jb = 0;
@@ -207,7 +206,7 @@ i64 tile_rows_for(isa_t isa);
 // AMD EPYC (Zen 4), bench_gemm 1 thread: tiny_dw 108 → 116 GFLOP/s, tiny_dx 113 → 116, small_dx
 // 111 → 114, row strides of 256–768 floats 1–4% faster; a stride of 1024 floats 4% slower.
 // The AVX2 kernel always copies: its tiles of 3 rows read each panel row for fewer FMAs (same
-// CPU, forced AVX2, GFLOP/s in place → copied: tiny_dx 85.6 → 105.7, small_dx 88.6 → 109.7).
+// CPU, forced AVX2, GFLOP/s in place → copied: tiny_dx 85.6 → 105.7, small_dx 88.6 → 109.7)
 bool packs_b(isa_t isa, bool trans_b, i64 m, i64 n, i64 ldb) {
   return isa == isa_t::avx2 || trans_b || n % 16 != 0 || (m > 32 && ldb % 1024 == 0);
 }
@@ -387,6 +386,7 @@ namespace {
 
 // Panels [p0, p1) of op(B) [k, n] into out (panel p at out + p · 32 · k, whatever its width).
 void pack_panels(isa_t isa, bool trans_b, const float* b, i64 ldb, i64 n, i64 k, float* out, i64 p0, i64 p1) {
+  if (isa == isa_t::avx2) return sgemm_avx2::pack_panels(trans_b, b, ldb, n, k, out, p0, p1);
   for (i64 p = p0; p < p1; ++p) {
     const i64 j0 = p * panel_cols, w = std::min(panel_cols, n - j0);
     pack_panel(isa, trans_b, b, ldb, j0, w, k, out + j0 * k, (w + 15) / 16 * 16);
