@@ -14,6 +14,7 @@
 // L2 at ~16 bytes a cycle, not overlapped with the products) takes a fifth of its time. A 16³
 // attention block, mostly packing, runs at the float kernel's speed.
 #include "bgemm.hpp"
+#include "cpu_features.hpp"
 #include "packing_pool.hpp"
 
 #include <algorithm>
@@ -402,15 +403,8 @@ void pack_a_whole(bool trans_a, const float* a, i64 lda, i64 m, i64 k, u32* out)
   });
 }
 
-const bool has_avx512 = [] {
-  __builtin_cpu_init();  // this runs among the static constructors
-  return __builtin_cpu_supports("avx512f") != 0;
-}();
-const bool has_avx512_bf16 = [] {
-  __builtin_cpu_init();
-  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-         __builtin_cpu_supports("avx512bf16");
-}();
+const bool has_avx512 = cpu().avx512f;
+const bool has_avx512_bf16 = cpu().avx512_bf16;
 
 }  // namespace
 

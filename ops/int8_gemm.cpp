@@ -19,6 +19,8 @@
 // decode case: bench/README.md.
 #include "int8_gemm.hpp"
 
+#include "cpu_features.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -209,11 +211,7 @@ template <int B>
   }
 }
 
-const bool has_vnni = [] {
-  __builtin_cpu_init();  // this runs among the static constructors
-  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-         __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vnni");
-}();
+const bool has_vnni = cpu().avx512_vnni;
 
 // Channel blocks [b0, b1) of every row: runs of finite rows through the kernel, the others alone.
 void blocks_vnni(i64 m, const float* x, i64 ldx, const quantized_rows& xq, const int8_weights& w, float* y, i64 ldy,

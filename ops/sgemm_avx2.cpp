@@ -4,6 +4,8 @@
 // bias and the residual are read and C is written.
 #include "sgemm_avx2.hpp"
 
+#include "cpu_features.hpp"
+
 #include <algorithm>
 #include <vector>
 
@@ -151,13 +153,7 @@ template <int NV>
 
 }  // namespace
 
-bool available() {
-  static const bool has = [] {
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  }();
-  return has;
-}
+bool available() { return cpu().avx2_fma; }
 
 void pack_panel(bool trans_b, const float* b, std::int64_t ldb, std::int64_t j0, std::int64_t w, std::int64_t k,
                 float* panel, std::int64_t width) {

@@ -157,7 +157,7 @@ template <int NV>
     for (i64 kk = 0; kk < k; ++kk) std::fill(panel + kk * width + w, panel + (kk + 1) * width, 0.f);
 }
 
-const bool has_avx512 = avx512_lanes::cpu_has_avx512();
+const bool has_avx512 = cpu().avx512f;
 
 // The vector instructions the products run on: AVX-512 where the CPU has it, else AVX2 + FMA
 // (ops/sgemm_avx2.cpp: the same panels, the same bits), else none (the BLAS computes them).

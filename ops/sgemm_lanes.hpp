@@ -2,6 +2,8 @@
 // lane masks, and the store of a finished sum with alpha, beta and the epilogue. Private to ops/.
 #pragma once
 
+#include "cpu_features.hpp"  // cpu(): whether the CPU has AVX-512F
+
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
 
@@ -12,15 +14,6 @@
 namespace loom::ops::avx512_lanes {
 
 using i64 = std::int64_t;
-
-/// Whether the CPU has AVX-512F (asked once).
-inline bool cpu_has_avx512() {
-  static const bool has = [] {
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx512f") != 0;
-  }();
-  return has;
-}
 
 /// The first w lanes of a vector of 16 (none for w <= 0, all for w >= 16).
 inline __mmask16 first_lanes(i64 w) { return static_cast<__mmask16>(w >= 16 ? 0xFFFFu : w <= 0 ? 0u : (1u << w) - 1); }

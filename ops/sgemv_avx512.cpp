@@ -165,7 +165,7 @@ template <int V, bool Tail>
 
 bool sgemv_avx512(bool trans_b, std::int64_t n, std::int64_t k, float alpha, const float* x, const float* b,
                   std::int64_t ldb, float beta, float* c) {
-  if (!avx512_lanes::cpu_has_avx512() || n < 1 || k < 1) return false;
+  if (!cpu().avx512f || n < 1 || k < 1) return false;
   if (trans_b) dot_rows(n, k, alpha, x, b, ldb, beta, c);
   else combine_rows(n, k, alpha, x, b, ldb, beta, c);
   return true;

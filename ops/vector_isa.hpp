@@ -20,6 +20,8 @@
 #define LOOM_VECTOR_CLONES
 #endif
 
+#include "cpu_features.hpp"
+
 namespace loom::ops {
 
 /// Whether the CPU runs the AVX-512 version of the clones (x86-64-v4). Without AVX-512, GCC 12
@@ -27,15 +29,6 @@ namespace loom::ops {
 /// registers, and every operation on one goes through the stack; the hot loops written with
 /// 64-byte vectors therefore take a version over 32-byte vectors when this is false (the same
 /// bits), or another kernel.
-inline const bool wide_vectors = [] {
-#if defined(__x86_64__) && defined(__GNUC__)
-  __builtin_cpu_init();  // x86-64-v4's AVX-512 features, named one by one (Clang 14 has no "x86-64-v4")
-  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-         __builtin_cpu_supports("avx512cd") && __builtin_cpu_supports("avx512dq") &&
-         __builtin_cpu_supports("avx512vl");
-#else
-  return false;
-#endif
-}();
+inline const bool wide_vectors = cpu().avx512_v4;
 
 }  // namespace loom::ops

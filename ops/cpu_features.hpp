@@ -1,0 +1,35 @@
+// What the CPU's vector instructions are, asked once: every choice of a kernel by CPU in ops/
+// reads it here, so that two kernels never disagree about the CPU they run on. Private to ops/.
+#pragma once
+
+namespace loom::ops {
+
+/// The instruction sets loom's kernels choose between (all false off x86-64).
+struct cpu_features {
+  bool avx2_fma = false;     ///< AVX2 and FMA: the AVX2 GEMM, the x86-64-v3 clones
+  bool avx512f = false;      ///< AVX-512F: the AVX-512 GEMM and GEMV, bf16 rounding
+  bool avx512_v4 = false;    ///< x86-64-v4's AVX-512 (F, BW, CD, DQ, VL): the 64-byte vector clones
+  bool avx512_bf16 = false;  ///< AVX-512F, BW and BF16: the bf16 GEMM
+  bool avx512_vnni = false;  ///< AVX-512F, BW, DQ and VNNI: the int8 GEMM
+};
+
+/// This CPU's (read at the first call; safe among static constructors).
+inline const cpu_features& cpu() {
+  static const cpu_features f = [] {
+    cpu_features c;
+#if defined(__x86_64__) && defined(__GNUC__)
+    __builtin_cpu_init();  // needed when this runs among the static constructors
+    c.avx2_fma = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    c.avx512f = __builtin_cpu_supports("avx512f") != 0;
+    const bool bw = __builtin_cpu_supports("avx512bw") != 0, dq = __builtin_cpu_supports("avx512dq") != 0;
+    // x86-64-v4's features named one by one (Clang 14 has no "x86-64-v4")
+    c.avx512_v4 = c.avx512f && bw && dq && __builtin_cpu_supports("avx512cd") && __builtin_cpu_supports("avx512vl");
+    c.avx512_bf16 = c.avx512f && bw && __builtin_cpu_supports("avx512bf16");
+    c.avx512_vnni = c.avx512f && bw && dq && __builtin_cpu_supports("avx512vnni");
+#endif
+    return c;
+  }();
+  return f;
+}
+
+}  // namespace loom::ops
