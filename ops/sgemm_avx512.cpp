@@ -211,8 +211,7 @@ bool packs_b(isa_t isa, bool trans_b, i64 m, i64 n, i64 ldb) {
   return isa == isa_t::avx2 || trans_b || n % 16 != 0 || (m > 32 && ldb % 1024 == 0);
 }
 
-// Copies the panel of columns [j0, j0 + w) of op(B) into panel, `width` (16 or 32) wide (the same
-// layout from either instruction set).
+// The panel of columns [j0, j0 + w) of op(B) into panel, `width` (16 or 32) wide, either ISA.
 void pack_panel(isa_t isa, bool trans_b, const float* b, i64 ldb, i64 j0, i64 w, i64 k, float* panel, i64 width) {
   if (isa == isa_t::avx2) sgemm_avx2::pack_panel(trans_b, b, ldb, j0, w, k, panel, width);
   else if (trans_b) pack_transposed(b, ldb, j0, w, k, panel, width);
@@ -254,7 +253,8 @@ bool sgemm_avx512(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, st
   if (!sgemm_avx512_takes(trans_a, trans_b, m, n, k)) return false;
   const isa_t isa = chosen_isa();
   if (isa == isa_t::avx2 && m > sgemm_avx2::many_rows && n > panel_cols)  // in row blocks (sgemm_avx2::row_blocks)
-    return sgemm_avx512(trans_a, m, alpha, a, lda, sgemm_packed_b(trans_b, n, k, b, ldb), beta, c, ldc, epilogue);
+    if (const sgemm_packed_b pb(trans_b, n, k, b, ldb); pb.packed())
+      return sgemm_avx512(trans_a, m, alpha, a, lda, pb, beta, c, ldc, epilogue);
   const bool pack = packs_b(isa, trans_b, m, n, ldb);
   thread_local std::vector<float> buffer;  // nothing else runs on this thread until the product is done
   if (pack) buffer.resize(static_cast<std::size_t>(k * panel_cols));
