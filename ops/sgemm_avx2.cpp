@@ -212,8 +212,8 @@ void tiles(i64 m, i64 w, i64 width, const float* a, i64 a_row, i64 a_k, i64 a_ti
   for (i64 t = 0; t < rows; t += tile_rows) {
     float* strip = out + t * k;
     const i64 n = std::min(tile_rows, rows - t);
-    const float *a0 = a + t * a_row, *a1 = a0 + a_row, *a2 = a1 + a_row;
     if (n == 3 && a_k == 1) {
+      const float *a0 = a + t * a_row, *a1 = a0 + a_row, *a2 = a1 + a_row;
       for (i64 kk = 0; kk < k; ++kk) {
         strip[3 * kk] = a0[kk];
         strip[3 * kk + 1] = a1[kk];
