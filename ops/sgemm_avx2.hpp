@@ -22,10 +22,10 @@ constexpr std::int64_t tile_rows = 3;
 void pack_panel(bool trans_b, const float* b, std::int64_t ldb, std::int64_t j0, std::int64_t w, std::int64_t k,
                 float* panel, std::int64_t width);
 
-/// Panels [p0, p1) of op(B) (n columns) into out, panel p at out + p · 32 · k (its width 16 or
-/// 32 its row stride): sgemm_pack_panels' layout.
-void pack_panels(bool trans_b, const float* b, std::int64_t ldb, std::int64_t n, std::int64_t k, float* out,
-                 std::int64_t p0, std::int64_t p1);
+/// Panels [p0, p1) of op(B) = b ([K, N], n columns) into out, panel p at out + p · 32 · k (its
+/// width 16 or 32 its row stride): sgemm_pack_panels' layout, pack_panel's contents.
+void pack_row_panels(const float* b, std::int64_t ldb, std::int64_t n, std::int64_t k, float* out, std::int64_t p0,
+                     std::int64_t p1);
 
 /// C's rows [0, m) × columns [0, w) of one panel: c = alpha · op(A) · panel + beta · c, then the
 /// epilogue (its pointers at the panel's first column and at row 0). op(A)'s element (i, k) is

@@ -386,7 +386,7 @@ namespace {
 
 // Panels [p0, p1) of op(B) [k, n] into out (panel p at out + p · 32 · k, whatever its width).
 void pack_panels(isa_t isa, bool trans_b, const float* b, i64 ldb, i64 n, i64 k, float* out, i64 p0, i64 p1) {
-  if (isa == isa_t::avx2) return sgemm_avx2::pack_panels(trans_b, b, ldb, n, k, out, p0, p1);
+  if (isa == isa_t::avx2 && !trans_b) return sgemm_avx2::pack_row_panels(b, ldb, n, k, out, p0, p1);
   for (i64 p = p0; p < p1; ++p) {
     const i64 j0 = p * panel_cols, w = std::min(panel_cols, n - j0);
     pack_panel(isa, trans_b, b, ldb, j0, w, k, out + j0 * k, (w + 15) / 16 * 16);
