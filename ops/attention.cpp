@@ -16,11 +16,13 @@
 #pragma GCC diagnostic ignored "-Wpsabi"
 
 #include <algorithm>
+#include <atomic>
 #include <bit>
 #include <cmath>
 #include <cstring>
 #include <limits>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -39,6 +41,22 @@
 
 namespace loom::ops {
 
+namespace {
+std::atomic<int> forced_small_lanes{0};  // 0: the CPU's choice (attention_force_small_lanes)
+}  // namespace
+
+void attention_force_small_lanes(int lanes) {
+  if (lanes != 0 && lanes != 8 && lanes != 16)
+    throw std::invalid_argument("attention_force_small_lanes: lanes must be 0 (the CPU's choice), 8 or 16, not " +
+                                std::to_string(lanes));
+  forced_small_lanes.store(lanes, std::memory_order_relaxed);
+}
+
+int fused_attention::small_lanes() {
+  const int forced = forced_small_lanes.load(std::memory_order_relaxed);
+  return forced ? forced : wide_vectors ? 16 : 8;
+}
+
 using namespace fused_attention;
 
 std::int64_t attention_saved(const void* params, const dims_t&, std::span<const dims_t> in) {
@@ -51,15 +69,19 @@ std::int64_t attention_saved(const void* params, const dims_t&, std::span<const 
 template <class T>
 void forward_kernel(attention_op, const op_args<T>& a) {
   const problem<T> pr(a);
-  if (small_path(pr)) {  // blocks of `lanes` rows, chunks of about 2^16 multiply-adds
-    const std::int64_t blocks = (pr.rows + lanes - 1) / lanes;
-    const std::int64_t grain = grain_for(lanes * pr.keys * (pr.d + pr.dv), std::int64_t{1} << 16);
-    for_chunks(pr.N * blocks, grain, [&](std::int64_t b0, std::int64_t b1) {
-      for (std::int64_t item = b0; item < b1; ++item) {
-        const std::int64_t n = item / blocks, r0 = (item % blocks) * lanes;
-        forward_small(pr, a.out, a.saved, n, r0, static_cast<int>(std::min<std::int64_t>(lanes, pr.rows - r0)));
-      }
-    });
+  if (small_path(pr)) {  // blocks of L rows, chunks of about 2^16 multiply-adds
+    auto run = [&]<int L>() {
+      const std::int64_t blocks = (pr.rows + L - 1) / L;
+      const std::int64_t grain = grain_for(L * pr.keys * (pr.d + pr.dv), std::int64_t{1} << 16);
+      for_chunks(pr.N * blocks, grain, [&](std::int64_t b0, std::int64_t b1) {
+        for (std::int64_t item = b0; item < b1; ++item) {
+          const std::int64_t n = item / blocks, r0 = (item % blocks) * L;
+          forward_small<T, L>(pr, a.out, a.saved, n, r0, static_cast<int>(std::min<std::int64_t>(L, pr.rows - r0)));
+        }
+      });
+    };
+    if (small_lanes() == 16) run.template operator()<16>();
+    else run.template operator()<8>();
     return;
   }
   const std::int64_t blocks = (pr.rows + query_block - 1) / query_block;
@@ -123,14 +145,17 @@ void backward_kernel(attention_op, const op_args<T>& a) {
   }
   const std::size_t n_groups = start.size() - 1;
   // small problems (no float mask's gradient): groups in chunks of about 2^16 multiply-adds
-  const bool small = small_path(pr) && !serial;
+  const bool small = small_path(pr) && !serial, wide = small_lanes() == 16;
   const std::int64_t per_entry = pr.rows * pr.keys * (2 * pr.d + 3 * pr.dv);
   const std::int64_t per_group = n_groups == 0 ? 0 : pr.N / static_cast<std::int64_t>(n_groups) * per_entry;
   const std::int64_t grain = small ? grain_for(per_group, std::int64_t{1} << 16) : 1;
   for_chunks(static_cast<std::int64_t>(n_groups), grain, [&](std::int64_t g0, std::int64_t g1) {
     for (auto g = static_cast<std::size_t>(g0); g < static_cast<std::size_t>(g1); ++g)
       for (std::size_t i = start[g]; i < start[g + 1]; ++i)
-        if (const std::int64_t n = entries[i]; small) backward_small(pr, dout, dq, dk, dv, a.saved, n);
+        if (const std::int64_t n = entries[i]; small && wide)
+          backward_small<T, 16>(pr, dout, dq, dk, dv, a.saved, n);
+        else if (small)
+          backward_small<T, 8>(pr, dout, dq, dk, dv, a.saved, n);
         else backward_entry(pr, dout, dq, dk, dv, dmask, a.saved, n);
   });
 }

@@ -1,5 +1,5 @@
-// Fused attention: the small-block kernels — every key in one block, `lanes` query rows per
-// vector.
+// Fused attention: the small-block kernels — every key in one block, L query rows per vector
+// (small_lanes: 16 with AVX-512, else 8).
 // Private to ops/attention.cpp, which alone includes it (one translation unit: the kernels
 // stay out of every other file).
 #pragma once
@@ -7,7 +7,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
+#include <type_traits>
+#include <utility>
 
 #include "attention_blocked.hpp"
 
@@ -20,10 +23,10 @@ namespace fused_attention {  // named, not anonymous: the kernels' lambdas captu
 // outside its products: per query row it masks, takes a max, exponentiates and sums rows as
 // short as 16 keys, and every product of a few thousand multiply-adds is a GEMM call of its own
 // (the tiny model: heads of 16, sequences of 16 — 20% of its training step went there). Here
-// `lanes` query rows are one vector: the scores and weights are kept transposed, st[j · lanes
-// + i] for key j and row i, so the masks, the max, the exponentials and the sums run down the
-// keys with the whole block of rows in each vector operation; the products keep their sums in
-// vectors of `lanes` columns (the vectors section above). All keys are one block, so no online
+// L query rows are one vector: the scores and weights are kept transposed, st[j · L + i] for
+// key j and row i, so the masks, the max, the exponentials and the sums run down the keys with
+// the whole block of rows in each vector operation; the products keep their sums in vectors of
+// L columns. All keys are one block, so no online
 // rescaling is needed: p = e^(s − max) / l directly. Same math and saved lse as above.
 
 // At most this many keys. Measured [AMD EPYC Zen 4]: faster than the blocked kernels with 16
@@ -32,15 +35,56 @@ namespace fused_attention {  // named, not anonymous: the kernels' lambdas captu
 constexpr std::int64_t small_keys = 32;
 
 /// Whether the small-block kernels take this problem: every key in one block, more than one
-/// query row (decoding's one row keeps the path above), no dropout, and a CPU with AVX-512 or
-/// bf16 products. The kernels work on 64-byte vectors (16 query rows each), which GCC 12 keeps
-/// in memory without AVX-512 (wide_vectors): on AMD EPYC family 25 model 1 (Zen 3, AVX2) they
-/// were 40% of the tiny training step, and the blocked kernels do the same work faster there.
-/// They multiply in float even when the products are bf16 (op_args::bf16), where the blocked
-/// kernels would round to bf16: so bf16 problems keep them on every CPU, for the same precision.
+/// query row (decoding's one row keeps the path above), no dropout. They multiply in float even
+/// when the products are bf16 (op_args::bf16), where the blocked kernels would round to bf16.
 template <class T>
 bool small_path(const problem<T>& pr) {
-  return pr.keys <= small_keys && pr.rows >= 2 && !pr.drop && (wide_vectors || pr.bf16);
+  return pr.keys <= small_keys && pr.rows >= 2 && !pr.drop;
+}
+
+/// Query rows per block of the small-block kernels, one per lane of their vectors: 16 (64-byte
+/// vectors, one zmm) where the CPU runs the AVX-512 clones (wide_vectors), else 8 (32 bytes, one
+/// ymm). GCC 12 keeps a 64-byte vector in memory without AVX-512: with 16 rows on AMD EPYC
+/// family 25 model 1 (Zen 3, AVX2) these kernels were 40% of the tiny training step. Every lane
+/// is computed alone, in the same order for any L, so the output and dq are the same bits with
+/// either; dk and dv add one sum per block of rows, so they differ by rounding (tests force
+/// either: attention_force_small_lanes, fused_attention.hpp). Defined in ops/attention.cpp.
+int small_lanes();
+
+/// A vector of L elements of T (one query row of the block per lane), and its loads and stores.
+template <class T, int L>
+using lvec = gcc_vector<T, L * sizeof(T)>;
+template <int L, class T>
+[[gnu::always_inline]] inline lvec<T, L> load_l(const T* p) {
+  lvec<T, L> v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+template <int L, class T>
+[[gnu::always_inline]] inline void store_l(T* p, const lvec<T, L>& v) {
+  std::memcpy(p, &v, sizeof v);
+}
+
+/// e^x and ln x in every lane (vexp_lanes and vlog_lanes for L lanes).
+template <class T, int L>
+[[gnu::always_inline]] inline lvec<T, L> vexp_l(const lvec<T, L>& x) {
+  if constexpr (std::is_same_v<T, double>) {
+    lvec<T, L> y;
+    for (int i = 0; i < L; ++i) y[i] = std::exp(x[i]);
+    return y;
+  } else {
+    return vexp_float_lanes(x);
+  }
+}
+template <class T, int L>
+[[gnu::always_inline]] inline lvec<T, L> vlog_l(const lvec<T, L>& x) {
+  if constexpr (std::is_same_v<T, double>) {
+    lvec<T, L> y;
+    for (int i = 0; i < L; ++i) y[i] = std::log(x[i]);
+    return y;
+  } else {
+    return log_normal(x);
+  }
 }
 
 /// Asks for rows [0, rows) of x's entry n to be brought into the cache: the next entry's
@@ -57,106 +101,110 @@ template <class P>
   }
 }
 
-/// One stage of a 16 × 16 transpose in registers: rows i and i + B (bit B of i clear) swap the
+/// One stage of an L × L transpose in registers: rows i and i + B (bit B of i clear) swap the
 /// elements whose column has bit B set in one and clear in the other — (i, e) ↔ (i ^ B, e ^ B)
-/// when bit B of i and of e differ. The four stages B = 8, 4, 2, 1 swap every bit of the row
-/// with the same bit of the column: the transpose. Each pair is two two-source shuffles (one
+/// when bit B of i and of e differ. The stages B = L/2, …, 2, 1 swap every bit of the row with
+/// the same bit of the column: the transpose. Each pair is two two-source shuffles (one
 /// vpermt2ps each with AVX-512).
-template <class T, int B>
-[[gnu::always_inline]] inline void transpose_stage(vec<T>* r) {
-  using I = typename lane_index<T>::type;
+template <class T, int L, int B>
+[[gnu::always_inline]] inline void transpose_stage(lvec<T, L>* r) {
   using E_t = typename lane_index<T>::elem;
+  using I = gcc_vector<E_t, L * sizeof(E_t)>;
   constexpr auto masks = []<std::size_t... E>(std::index_sequence<E...>) {
     // row i takes its own element e, or row i + B's e − B; row i + B: its own e, or row i's e + B
-    return std::pair{I{static_cast<E_t>((E & B) ? lanes + E - B : E)...}, I{static_cast<E_t>((E & B) ? lanes + E : E + B)...}};
-  }(std::make_index_sequence<lanes>{});
+    return std::pair{I{static_cast<E_t>((E & B) ? L + E - B : E)...}, I{static_cast<E_t>((E & B) ? L + E : E + B)...}};
+  }(std::make_index_sequence<L>{});
 #pragma GCC unroll 16
-  for (int i = 0; i < lanes; ++i)
+  for (int i = 0; i < L; ++i)
     if (!(i & B)) {
-      const vec<T> a = r[i], b = r[i + B];
+      const lvec<T, L> a = r[i], b = r[i + B];
       r[i] = __builtin_shuffle(a, b, masks.first);
       r[i + B] = __builtin_shuffle(a, b, masks.second);
     }
 }
 
-/// xt[c · lanes + i] = column c of row r0 + i of x's entry n, for i < nr; zero in the lanes past nr.
-/// Blocks of 16 columns are transposed in registers and stored as whole vectors, so that the
+/// xt[c · L + i] = column c of row r0 + i of x's entry n, for i < nr; zero in the lanes past nr.
+/// Blocks of L columns are transposed in registers and stored as whole vectors, so that the
 /// products' vector loads of xt can take them from the stores (the element-wise stores of a
-/// plain transposing loop cannot be forwarded to a vector load, which then waits for all 16 to
+/// plain transposing loop cannot be forwarded to a vector load, which then waits for all L to
 /// reach the cache: that wait was a fifth of the small backward's time); columns past the last
 /// whole block, element by element.
-template <class T>
+template <class T, int L>
 [[gnu::always_inline]] inline void load_transposed(const operand<const T>& x, std::int64_t n, std::int64_t r0, int nr,
                                                    T* xt) {
+  static_assert(L == 8 || L == 16);
   const T* x0 = x.at(n, r0);
   const std::int64_t ld = x.ld;
   std::int64_t c0 = 0;
-  for (; c0 + lanes <= x.cols; c0 += lanes) {
-    vec<T> r[lanes];
+  for (; c0 + L <= x.cols; c0 += L) {
+    lvec<T, L> r[L];
 #pragma GCC unroll 16
-    for (int i = 0; i < lanes; ++i) r[i] = i < nr ? load(x0 + i * ld + c0) : vec<T>{};
-    transpose_stage<T, 8>(r);
-    transpose_stage<T, 4>(r);
-    transpose_stage<T, 2>(r);
-    transpose_stage<T, 1>(r);
+    for (int i = 0; i < L; ++i) r[i] = i < nr ? load_l<L>(x0 + i * ld + c0) : lvec<T, L>{};
+    if constexpr (L == 16) transpose_stage<T, L, 8>(r);
+    transpose_stage<T, L, 4>(r);
+    transpose_stage<T, L, 2>(r);
+    transpose_stage<T, L, 1>(r);
 #pragma GCC unroll 16
-    for (int e = 0; e < lanes; ++e) store(xt + (c0 + e) * lanes, r[e]);
+    for (int e = 0; e < L; ++e) store_l<L>(xt + (c0 + e) * L, r[e]);
   }
   if (c0 == x.cols) return;
-  for (std::int64_t c = c0; c < x.cols; ++c) store(xt + c * lanes, vec<T>{});
+  for (std::int64_t c = c0; c < x.cols; ++c) store_l<L>(xt + c * L, lvec<T, L>{});
   for (int i = 0; i < nr; ++i)
-    for (std::int64_t c = c0; c < x.cols; ++c) xt[c * lanes + i] = x0[i * ld + c];
+    for (std::int64_t c = c0; c < x.cols; ++c) xt[c * L + i] = x0[i * ld + c];
 }
 
-/// out[j · lanes + (0, lanes)] = scale · Σ_c a[j · lda + c] · xt[c · lanes + (0, lanes)], j < w:
-/// rows of a times the transposed block xt, the block's rows in one vector; four rows of a at a
-/// time, so that four sums are in flight (one sum alone waits for each add).
-template <class T>
+/// out[j · L + (0, L)] = scale · Σ_c a[j · lda + c] · xt[c · L + (0, L)], j < w: rows of a times
+/// the transposed block xt, the block's rows in one vector; four rows of a at a time, so that
+/// four sums are in flight (one sum alone waits for each add).
+template <class T, int L>
 [[gnu::always_inline]] inline void rows_times_block(const T* a, std::int64_t lda, std::int64_t w, std::int64_t cols,
                                                     const T* xt, T scale, T* out) {
+  using V = lvec<T, L>;
   std::int64_t j = 0;
   for (; j + 4 <= w; j += 4) {
-    vec<T> acc0{}, acc1{}, acc2{}, acc3{};
+    V acc0{}, acc1{}, acc2{}, acc3{};
     const T* aj = a + j * lda;
     for (std::int64_t c = 0; c < cols; ++c) {
-      const vec<T> x = load(xt + c * lanes);
+      const V x = load_l<L>(xt + c * L);
       acc0 += aj[c] * x;
       acc1 += aj[lda + c] * x;
       acc2 += aj[2 * lda + c] * x;
       acc3 += aj[3 * lda + c] * x;
     }
-    store(out + j * lanes, acc0 * scale);
-    store(out + (j + 1) * lanes, acc1 * scale);
-    store(out + (j + 2) * lanes, acc2 * scale);
-    store(out + (j + 3) * lanes, acc3 * scale);
+    store_l<L>(out + j * L, acc0 * scale);
+    store_l<L>(out + (j + 1) * L, acc1 * scale);
+    store_l<L>(out + (j + 2) * L, acc2 * scale);
+    store_l<L>(out + (j + 3) * L, acc3 * scale);
   }
   for (; j < w; ++j) {
-    vec<T> acc{};
+    V acc{};
     const T* aj = a + j * lda;
-    for (std::int64_t c = 0; c < cols; ++c) acc += aj[c] * load(xt + c * lanes);
-    store(out + j * lanes, acc * scale);
+    for (std::int64_t c = 0; c < cols; ++c) acc += aj[c] * load_l<L>(xt + c * L);
+    store_l<L>(out + j * L, acc * scale);
   }
 }
 
 /// R outputs y_r = y + r · ldy (r < R), each y_r[0, n) = (add ? y_r : 0) + scale[r · ss] · Σ_{t < m}
-/// a[r · ar + t · as] · x[t · ldx + (0, n)]: combinations of the same m rows of x, `lanes` columns
-/// at a time, the R sums in flight together (ss = 0: one scale for all).
-template <int R, class T>
+/// a[r · ar + t · as] · x[t · ldx + (0, n)]: combinations of the same m rows of x, L columns at a
+/// time, the R sums in flight together (ss = 0: one scale for all). Each element is one chain
+/// of multiply-adds over t in order, whatever L.
+template <int R, int L, class T>
 [[gnu::always_inline]] inline void combine_rows(T* y, std::int64_t ldy, bool add, const T* scale, std::int64_t ss,
                                                 const T* a, std::int64_t ar, std::int64_t as, std::int64_t m,
                                                 const T* x, std::int64_t ldx, std::int64_t n) {
+  using V = lvec<T, L>;
   std::int64_t c0 = 0;
-  for (; c0 + lanes <= n; c0 += lanes) {
-    vec<T> acc[R] = {};
+  for (; c0 + L <= n; c0 += L) {
+    V acc[R] = {};
     for (std::int64_t t = 0; t < m; ++t) {
-      const vec<T> xr = load(x + t * ldx + c0);
+      const V xr = load_l<L>(x + t * ldx + c0);
 #pragma GCC unroll 4
       for (int r = 0; r < R; ++r) acc[r] += a[r * ar + t * as] * xr;
     }
 #pragma GCC unroll 4
     for (int r = 0; r < R; ++r) {
       T* yr = y + r * ldy + c0;
-      store(yr, add ? load(yr) + acc[r] * scale[r * ss] : acc[r] * scale[r * ss]);
+      store_l<L>(yr, add ? load_l<L>(yr) + acc[r] * scale[r * ss] : acc[r] * scale[r * ss]);
     }
   }
   for (; c0 < n; ++c0)
@@ -169,15 +217,15 @@ template <int R, class T>
 }
 
 /// combine_rows for `count` outputs, four at a time.
-template <class T>
+template <int L, class T>
 [[gnu::always_inline]] inline void combine_all(std::int64_t count, T* y, std::int64_t ldy, bool add, const T* scale,
                                                std::int64_t ss, const T* a, std::int64_t ar, std::int64_t as,
                                                std::int64_t m, const T* x, std::int64_t ldx, std::int64_t n) {
   std::int64_t r = 0;
   for (; r + 4 <= count; r += 4)
-    combine_rows<4>(y + r * ldy, ldy, add, scale + r * ss, ss, a + r * ar, ar, as, m, x, ldx, n);
+    combine_rows<4, L>(y + r * ldy, ldy, add, scale + r * ss, ss, a + r * ar, ar, as, m, x, ldx, n);
   for (; r < count; ++r)
-    combine_rows<1>(y + r * ldy, ldy, add, scale + r * ss, ss, a + r * ar, ar, as, m, x, ldx, n);
+    combine_rows<1, L>(y + r * ldy, ldy, add, scale + r * ss, ss, a + r * ar, ar, as, m, x, ldx, n);
 }
 
 /// The keys a block of query rows sees: [klo, klo + w), the union of its rows' key ranges (as
@@ -187,13 +235,13 @@ struct key_window {
 };
 
 /// The masked scores of rows [r0, r0 + nr) of entry n against the keys the block sees (returned),
-/// transposed into st ([w][lanes]; −∞ where a row may not look and in the lanes past nr); qt
+/// transposed into st ([w][L]; −∞ where a row may not look and in the lanes past nr); qt
 /// receives the rows of q transposed.
-template <class T>
+template <class T, int L>
 [[gnu::always_inline]] inline key_window small_scores(const problem<T>& pr, std::int64_t n, std::int64_t r0, int nr,
                                                       T* qt, T* st) {
   const T neg_inf = -std::numeric_limits<T>::infinity();
-  std::int64_t first[lanes], last[lanes];  // each row's keys [first, last), one masks.range call per row
+  std::int64_t first[L], last[L];  // each row's keys [first, last), one masks.range call per row
   std::int64_t klo = pr.keys, khi = 0;
   for (int i = 0; i < nr; ++i) {
     std::tie(first[i], last[i]) = pr.masks.range(n, r0 + i);
@@ -203,73 +251,75 @@ template <class T>
     }
   }
   const std::int64_t w = std::max<std::int64_t>(0, khi - klo);
-  load_transposed(pr.q, n, r0, nr, qt);
-  rows_times_block(pr.k.at(n, klo), pr.k.ld, w, pr.d, qt, static_cast<T>(pr.p->scale), st);
+  load_transposed<T, L>(pr.q, n, r0, nr, qt);
+  rows_times_block<T, L>(pr.k.at(n, klo), pr.k.ld, w, pr.d, qt, static_cast<T>(pr.p->scale), st);
   // the keys each row may see, relative to klo (none in the lanes past nr); a plain loop over
   // the lanes, which GCC vectorises well (its lowering of a generic-vector select on two integer
   // compares was scalar code, 10× slower)
-  std::int32_t lo[lanes] = {}, hi[lanes] = {};
+  std::int32_t lo[L] = {}, hi[L] = {};
   for (int i = 0; i < nr; ++i) {
     lo[i] = static_cast<std::int32_t>(std::clamp<std::int64_t>(first[i] - klo, 0, w));
     hi[i] = static_cast<std::int32_t>(std::clamp<std::int64_t>(last[i] - klo, lo[i], w));
   }
   for (std::int32_t j = 0; j < static_cast<std::int32_t>(w); ++j) {
-    T* sj = st + j * lanes;
-    for (int i = 0; i < lanes; ++i) sj[i] = (j >= lo[i]) & (j < hi[i]) ? sj[i] : neg_inf;
+    T* sj = st + j * L;
+    for (int i = 0; i < L; ++i) sj[i] = (j >= lo[i]) & (j < hi[i]) ? sj[i] : neg_inf;
   }
   if (!pr.masks.allowed.empty() || !pr.masks.added.empty()) {
     T row[small_keys];  // boolean and float masks, one row at a time
     for (int i = 0; i < nr; ++i) {
-      for (std::int64_t j = 0; j < w; ++j) row[j] = st[j * lanes + i];
+      for (std::int64_t j = 0; j < w; ++j) row[j] = st[j * L + i];
       pr.masks.apply(n, r0 + i, klo, klo + w, row);
-      for (std::int64_t j = 0; j < w; ++j) st[j * lanes + i] = row[j];
+      for (std::int64_t j = 0; j < w; ++j) st[j * L + i] = row[j];
     }
   }
   return {klo, w};
 }
 
-// Rows [r0, r0 + nr) of entry n (nr ≤ lanes): o and the row lse.
-template <class T>
+// Rows [r0, r0 + nr) of entry n (nr ≤ L): o and the row lse.
+template <class T, int L>
 LOOM_VECTOR_CLONES void forward_small(const problem<T>& pr, T* out, T* lse, std::int64_t n, std::int64_t r0, int nr) {
+  using V = lvec<T, L>;
   const T neg_inf = -std::numeric_limits<T>::infinity();
   if (r0 + nr >= pr.rows && n + 1 < pr.N) {  // the next entry's operands (usually this thread's next item)
-    prefetch_entry(pr.q, n + 1, std::min<std::int64_t>(pr.rows, lanes));
+    prefetch_entry(pr.q, n + 1, std::min<std::int64_t>(pr.rows, L));
     prefetch_entry(pr.k, n + 1, pr.keys);
     prefetch_entry(pr.v, n + 1, pr.keys);
   }
-  T* qt = scratch<T>(static_cast<std::size_t>((pr.d + small_keys) * lanes));
-  T* st = qt + pr.d * lanes;
-  const auto [klo, w] = small_scores(pr, n, r0, nr, qt, st);
+  T* qt = scratch<T>(static_cast<std::size_t>((pr.d + small_keys) * L));
+  T* st = qt + pr.d * L;
+  const auto [klo, w] = small_scores<T, L>(pr, n, r0, nr, qt, st);
   // the row maxima (plain loops over the lanes: GCC vectorises these)
-  T mx[lanes], base[lanes];
-  std::fill(mx, mx + lanes, neg_inf);
+  T mx[L], base[L];
+  std::fill(mx, mx + L, neg_inf);
   for (std::int64_t j = 0; j < w; ++j) {
-    const T* sj = st + j * lanes;
-    for (int i = 0; i < lanes; ++i) mx[i] = sj[i] > mx[i] ? sj[i] : mx[i];
+    const T* sj = st + j * L;
+    for (int i = 0; i < L; ++i) mx[i] = sj[i] > mx[i] ? sj[i] : mx[i];
   }
-  for (int i = 0; i < lanes; ++i) base[i] = mx[i] == neg_inf ? T(0) : mx[i];  // no key to see: e^(−∞) = 0
-  const vec<T> b = load(base);
-  vec<T> l{};
+  for (int i = 0; i < L; ++i) base[i] = mx[i] == neg_inf ? T(0) : mx[i];  // no key to see: e^(−∞) = 0
+  const V b = load_l<L>(base);
+  V l{};
   for (std::int64_t j = 0; j < w; ++j) {
-    const vec<T> e = vexp_lanes<T>(load(st + j * lanes) - b);
-    store(st + j * lanes, e);
+    const V e = vexp_l<T, L>(load_l<L>(st + j * L) - b);
+    store_l<L>(st + j * L, e);
     l += e;
   }
-  T inv[lanes];
+  T inv[L];
   for (int i = 0; i < nr; ++i) inv[i] = l[i] > T(0) ? T(1) / l[i] : T(0);
   if (lse) {
-    const vec<T> log_l = vlog_lanes<T>(l);
+    const V log_l = vlog_l<T, L>(l);
     for (int i = 0; i < nr; ++i) lse[n * pr.rows + r0 + i] = l[i] > T(0) ? mx[i] + log_l[i] : neg_inf;
   }
   // o[i] = Σ_j p[i, j] v[j] / l[i]
-  combine_all(nr, out + (pr.o.at(n, r0) - pr.o.base), pr.o.ld, false, inv, 1, st, 1, lanes, w, pr.v.at(n, klo),
-              pr.v.ld, pr.dv);
+  combine_all<L>(nr, out + (pr.o.at(n, r0) - pr.o.base), pr.o.ld, false, inv, 1, st, 1, L, w, pr.v.at(n, klo),
+                 pr.v.ld, pr.dv);
 }
 
 // Entry n's gradients (dq, dk, dv may each be null), added to; the weights recomputed from lse.
-template <class T>
+template <class T, int L>
 LOOM_VECTOR_CLONES void backward_small(const problem<T>& pr, const operand<const T>& dout, const operand<T>& dq,
                                        const operand<T>& dk, const operand<T>& dvv, const T* lse, std::int64_t n) {
+  using V = lvec<T, L>;
   const T neg_inf = -std::numeric_limits<T>::infinity();
   const T one = 1, c = static_cast<T>(pr.p->scale);  // the products' scales
   const std::int64_t d = pr.d, dv = pr.dv;
@@ -279,35 +329,35 @@ LOOM_VECTOR_CLONES void backward_small(const problem<T>& pr, const operand<const
     prefetch_entry(dk, n + 1, pr.keys);
     prefetch_entry(dvv, n + 1, pr.keys);
   }
-  T* qt = scratch<T>(static_cast<std::size_t>((std::max(d, dv) + 2 * small_keys) * lanes));
-  T* pt = qt + std::max(d, dv) * lanes;  // the weights, transposed (qt later holds do transposed)
-  T* ds = pt + small_keys * lanes;       // dp, then ds, transposed
-  for (std::int64_t r0 = 0; r0 < pr.rows; r0 += lanes) {
-    const int nr = static_cast<int>(std::min<std::int64_t>(lanes, pr.rows - r0));
-    const auto [klo, w] = small_scores(pr, n, r0, nr, qt, pt);
+  T* qt = scratch<T>(static_cast<std::size_t>((std::max(d, dv) + 2 * small_keys) * L));
+  T* pt = qt + std::max(d, dv) * L;  // the weights, transposed (qt later holds do transposed)
+  T* ds = pt + small_keys * L;       // dp, then ds, transposed
+  for (std::int64_t r0 = 0; r0 < pr.rows; r0 += L) {
+    const int nr = static_cast<int>(std::min<std::int64_t>(L, pr.rows - r0));
+    const auto [klo, w] = small_scores<T, L>(pr, n, r0, nr, qt, pt);
     // p = e^(s − lse); a row with no key to see (lse = −∞) and the lanes past nr subtract +∞
     // instead, so that every weight is e^(−∞) = 0
-    T base[lanes];
-    for (int i = 0; i < lanes; ++i) {
+    T base[L];
+    for (int i = 0; i < L; ++i) {
       const T l = i < nr ? lse[n * pr.rows + r0 + i] : neg_inf;
       base[i] = l == neg_inf ? -neg_inf : l;
     }
-    const vec<T> b = load(base);
-    for (std::int64_t j = 0; j < w; ++j) store(pt + j * lanes, vexp_lanes<T>(load(pt + j * lanes) - b));
+    const V b = load_l<L>(base);
+    for (std::int64_t j = 0; j < w; ++j) store_l<L>(pt + j * L, vexp_l<T, L>(load_l<L>(pt + j * L) - b));
     if (dvv.base)  // dv[j] += Σ_i p[i, j] do[i]
-      combine_all(w, dvv.at(n, klo), dvv.ld, true, &one, 0, pt, lanes, 1, nr, dout.at(n, r0), dout.ld, dv);
+      combine_all<L>(w, dvv.at(n, klo), dvv.ld, true, &one, 0, pt, L, 1, nr, dout.at(n, r0), dout.ld, dv);
     if (!dq.base && !dk.base) continue;
-    T dsum_rows[lanes] = {};  // D = rowsum(do ⊙ o)
+    T dsum_rows[L] = {};  // D = rowsum(do ⊙ o)
     for (int i = 0; i < nr; ++i) dsum_rows[i] = lane_dot(dout.at(n, r0 + i), pr.o.at(n, r0 + i), dv);
-    const vec<T> dsum = load(dsum_rows);
-    load_transposed(dout, n, r0, nr, qt);
-    rows_times_block(pr.v.at(n, klo), pr.v.ld, w, dv, qt, T(1), ds);  // dp = do vᵀ
-    for (std::int64_t j = 0; j < w; ++j)                                  // ds = p ⊙ (dp − D)
-      store(ds + j * lanes, load(pt + j * lanes) * (load(ds + j * lanes) - dsum));
+    const V dsum = load_l<L>(dsum_rows);
+    load_transposed<T, L>(dout, n, r0, nr, qt);
+    rows_times_block<T, L>(pr.v.at(n, klo), pr.v.ld, w, dv, qt, T(1), ds);  // dp = do vᵀ
+    for (std::int64_t j = 0; j < w; ++j)                                      // ds = p ⊙ (dp − D)
+      store_l<L>(ds + j * L, load_l<L>(pt + j * L) * (load_l<L>(ds + j * L) - dsum));
     if (dq.base)  // dq[i] += c · Σ_j ds[i, j] k[j]
-      combine_all(nr, dq.at(n, r0), dq.ld, true, &c, 0, ds, 1, lanes, w, pr.k.at(n, klo), pr.k.ld, d);
+      combine_all<L>(nr, dq.at(n, r0), dq.ld, true, &c, 0, ds, 1, L, w, pr.k.at(n, klo), pr.k.ld, d);
     if (dk.base)  // dk[j] += c · Σ_i ds[i, j] q[i]
-      combine_all(w, dk.at(n, klo), dk.ld, true, &c, 0, ds, lanes, 1, nr, pr.q.at(n, r0), pr.q.ld, d);
+      combine_all<L>(w, dk.at(n, klo), dk.ld, true, &c, 0, ds, L, 1, nr, pr.q.at(n, r0), pr.q.ld, d);
   }
 }
 

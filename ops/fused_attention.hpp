@@ -61,6 +61,12 @@ std::int64_t attention_saved(const void* params, const dims_t& out, std::span<co
 
 constexpr bool attention_reads_strided(const node_desc&, int) { return true; }
 
+/// Query rows per block of the fused node's small-block kernels (at most 32 keys): 0, the
+/// default, lets the CPU choose (16 with AVX-512, else 8); 8 or 16 force that many on any CPU
+/// (tests: the output and dq are the same bits with both, dk and dv equal to rounding).
+/// Process-wide; throws std::invalid_argument for any other value. Private to loom (tests).
+void attention_force_small_lanes(int lanes);
+
 /// The fused attention node (made by the attention fusion rule, ops/attention_fusion.cpp).
 struct attention_op : op_def<attention_op>, compiled_kernels<attention_op> {
   static constexpr std::string_view name = "attention";

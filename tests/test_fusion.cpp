@@ -16,6 +16,8 @@
 #include "loom/nn/transformer.hpp"
 #include "test_support.hpp"
 
+#include "../ops/fused_attention.hpp"  // attention_force_small_lanes
+
 using namespace loom;
 
 namespace {
@@ -145,6 +147,71 @@ TEMPLATE_TEST_CASE_SIG("fused attention with heads of 16 to 33 columns equals th
                                  {{"q", rnd(16, DQ, 43)}, {"k", rnd(9, DQ, 44)}, {"v", rnd(9, DV, 45)},
                                   {"len", ints({2}, {9, 3})}});
   }
+}
+
+// The small-block kernels put 16 query rows in a vector where the CPU has AVX-512 and 8 where it
+// has not. Every lane (query row) is computed alone, in the same order, so the output and dq
+// must be the same bits with either width; dk and dv sum over the query rows of each block, then
+// add the block's sum, so with 8 rows there are twice as many partial sums: equal to rounding.
+// Both widths are forced here, on any CPU, in float and in double.
+TEMPLATE_TEST_CASE("the small-block attention kernels give the same bits with 8 and 16 query rows per vector", "",
+                   float, double) {
+  using F = TestType;
+  struct reset_lanes {
+    ~reset_lanes() { ops::attention_force_small_lanes(0); }
+  } reset;
+  auto q = input<"q", shape<dyn<"B">, fix<2>, dyn<"T">, fix<20>>>();
+  auto k = input<"k", shape<dyn<"B">, fix<2>, dyn<"S">, fix<20>>>();
+  auto v = input<"v", shape<dyn<"B">, fix<2>, dyn<"S">, fix<33>>>();
+  auto g = make_graph(nn::attention<{.is_causal = true}>(q, k, v, nn::padding(Len{})));
+  // rows (and keys): one short block of 8; a block of 8 and a ragged one; a block of 16 and a
+  // ragged one; every key the small kernels take (two blocks of 16, four of 8)
+  const long T = GENERATE(2, 13, 20, 32);
+  auto rnd = [&](long cols, std::uint64_t seed) { return test::random_tensor<F>({2, 2, T, cols}, seed); };
+  const tensor<F> vt = rnd(33, 52);
+  const std::vector<feed> feeds{{"q", rnd(20, 50)}, {"k", rnd(20, 51)}, {"v", vt},
+                                {"len", ints({2}, {static_cast<std::int32_t>(T), 1})}};
+  auto p = g.template make_params<F>(1);
+  std::vector<F> result[2], sums[2];  // out and dq; dk and dv
+  for (int i = 0; i < 2; ++i) {
+    ops::attention_force_small_lanes(i == 0 ? 8 : 16);
+    auto ex = g.template executor<F>(p, {.input_grads = true, .fuse = true});
+    CHECK(ops_of(ex.plan()).count("attention") == 1);
+    ex.forward(feeds);
+    auto y = ex.output();
+    result[i].assign(y.data, y.data + y.size());
+    std::vector<tensor<F>> cot{test::random_tensor<F>(y.dims, 53)};
+    ex.backward(cot);
+    for (const char* name : {"q", "k", "v"}) {
+      auto gx = ex.input_grad(name);
+      auto& to = name[0] == 'q' ? result[i] : sums[i];
+      to.insert(to.end(), gx.data, gx.data + gx.size());
+    }
+  }
+  REQUIRE(result[0].size() == result[1].size());
+  CHECK(std::memcmp(result[0].data(), result[1].data(), result[0].size() * sizeof(F)) == 0);
+  REQUIRE(sums[0].size() == sums[1].size());
+  double diff = 0, scale = 0;
+  for (std::size_t i = 0; i < sums[0].size(); ++i) {
+    diff = std::max(diff, std::abs(static_cast<double>(sums[0][i]) - sums[1][i]));
+    scale = std::max(scale, std::abs(static_cast<double>(sums[1][i])));
+  }
+  CHECK(scale > 0);
+  CHECK(diff <= scale * (std::is_same_v<F, float> ? 1e-5 : 1e-13));
+  // and it is attention: batch entry 1 has one key, so each of its rows has the one weight 1 and
+  // returns that key's value exactly: out[1, h, t, :] = v[1, h, 0, :]
+  int exact = 0;
+  for (long h = 0; h < 2; ++h)
+    for (long t = 0; t < T; ++t)
+      for (long c = 0; c < 33; ++c)
+        exact += result[0][static_cast<std::size_t>(((2 + h) * T + t) * 33 + c)] == vt[((2 + h) * T) * 33 + c];
+  CHECK(exact == 2 * T * 33);
+}
+
+TEST_CASE("attention_force_small_lanes takes 0, 8 or 16 and nothing else") {
+  CHECK_THROWS_AS(ops::attention_force_small_lanes(4), std::invalid_argument);
+  CHECK_THROWS_AS(ops::attention_force_small_lanes(32), std::invalid_argument);
+  CHECK_NOTHROW(ops::attention_force_small_lanes(0));
 }
 
 TEST_CASE("fused cross-attention equals the primitives: S ≠ T, padding of the memory") {
