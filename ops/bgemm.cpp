@@ -403,18 +403,15 @@ void pack_a_whole(bool trans_a, const float* a, i64 lda, i64 m, i64 k, u32* out)
   });
 }
 
-const bool has_avx512 = cpu().avx512f;
-const bool has_avx512_bf16 = cpu().avx512_bf16;
-
 }  // namespace
 
 void to_bf16(const float* x, std::uint16_t* out, std::int64_t n) {
-  if (has_avx512) return to_bf16_avx512(x, out, n);
+  if (cpu().avx512f) return to_bf16_avx512(x, out, n);
   for (i64 i = 0; i < n; ++i) out[i] = to_bf16(x[i]);
 }
 
 bool bgemm_takes(bool, bool, std::int64_t m, std::int64_t n, std::int64_t k) {
-  return has_avx512_bf16 && m >= 1 && n >= 1 && k >= 1;
+  return cpu().avx512_bf16 && m >= 1 && n >= 1 && k >= 1;
 }
 
 void bgemm(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k, float alpha, const float* a,

@@ -157,8 +157,6 @@ template <int NV>
     for (i64 kk = 0; kk < k; ++kk) std::fill(panel + kk * width + w, panel + (kk + 1) * width, 0.f);
 }
 
-const bool has_avx512 = cpu().avx512f;
-
 // The vector instructions the products run on: AVX-512 where the CPU has it, else AVX2 + FMA
 // (ops/sgemm_avx2.cpp: the same panels, the same bits), else none (the BLAS computes them).
 enum class isa_t { none, avx2, avx512 };
@@ -169,11 +167,11 @@ std::atomic<int> forced_isa{0};  // 0: the CPU's; else an isa_t forced (sgemm_fo
 // a whole program, or the tests, on the other kernel; the same bits).
 isa_t cpu_isa() {
   static const isa_t isa = [] {
-    const isa_t best = has_avx512 ? isa_t::avx512 : sgemm_avx2::available() ? isa_t::avx2 : isa_t::none;
+    const isa_t best = cpu().avx512f ? isa_t::avx512 : sgemm_avx2::available() ? isa_t::avx2 : isa_t::none;
     const char* env = std::getenv("LOOM_SGEMM_ISA");
     if (!env || !*env) return best;
     const std::string want = env;
-    if (want == "avx512" && has_avx512) return isa_t::avx512;
+    if (want == "avx512" && cpu().avx512f) return isa_t::avx512;
     if (want == "avx2" && sgemm_avx2::available()) return isa_t::avx2;
     throw std::invalid_argument("LOOM_SGEMM_ISA is '" + want + "': it must be avx2 or avx512, and the CPU must have it");
   }();
@@ -361,7 +359,7 @@ sgemm_tiling sgemm_avx512_tiling() {
 }
 
 void sgemm_force_isa(sgemm_isa isa) {
-  if (isa == sgemm_isa::avx512 && !has_avx512)
+  if (isa == sgemm_isa::avx512 && !cpu().avx512f)
     throw std::invalid_argument("sgemm_force_isa: this CPU has no AVX-512");
   if (isa == sgemm_isa::avx2 && !sgemm_avx2::available())
     throw std::invalid_argument("sgemm_force_isa: this CPU has no AVX2 and FMA");
@@ -371,13 +369,13 @@ void sgemm_force_isa(sgemm_isa isa) {
                    std::memory_order_relaxed);
 }
 
-int sgemm_avx512_measure_tile_rows() { return has_avx512 ? static_cast<int>(measure_rows()) : 0; }
+int sgemm_avx512_measure_tile_rows() { return cpu().avx512f ? static_cast<int>(measure_rows()) : 0; }
 
 void sgemm_avx512_force_tile_rows(int rows) {
   if (rows != 0 && rows != 8 && rows != 12)
     throw std::invalid_argument("sgemm_avx512_force_tile_rows: rows must be 8, 12 or 0 (the CPU's choice), not " +
                                 std::to_string(rows));
-  if (rows != 0 && !has_avx512)
+  if (rows != 0 && !cpu().avx512f)
     throw std::invalid_argument("sgemm_avx512_force_tile_rows: this CPU has no AVX-512 (its AVX2 tiles have 3 rows)");
   forced_rows.store(rows, std::memory_order_relaxed);
 }
