@@ -22,7 +22,7 @@ namespace fused_attention {  // named, not anonymous: the kernels' lambdas captu
 // contracted to an FMA in both); the helpers are always inlined so that each version gets its
 // own copy.
 
-constexpr int lanes = 16;  // elements per vector (the small kernels: query rows per block)
+constexpr int lanes = 16;  // elements per vector (the small kernels choose their own: small_lanes)
 template <class T>
 using vec = gcc_vector<T, lanes * sizeof(T)>;
 

@@ -91,7 +91,8 @@ tensor<std::int32_t> ints(dims_t d, std::vector<std::int32_t> v) { return tensor
 }  // namespace
 
 // Every mask kind over x [3, T, D]. Up to 32 keys the fused node runs its small-block kernels
-// (ops/attention.cpp: 16 query rows per vector, all keys in one block); past 32 the blocked ones.
+// (ops/attention.cpp: 16 query rows per vector with AVX-512, 8 without, all keys in one block);
+// past 32 the blocked ones.
 template <int H>
 void every_mask_kind(long T) {
   auto x = test::random_tensor<double>({3, T, D}, 3);
@@ -122,7 +123,7 @@ TEMPLATE_TEST_CASE_SIG("fused self-attention equals the primitives, with every m
 }
 
 TEST_CASE("fused self-attention equals the primitives with every mask kind: 20 rows (a block and a ragged one)") {
-  every_mask_kind<2>(20);  // small-block kernels, a full block of 16 query rows and a partial one
+  every_mask_kind<2>(20);  // small-block kernels: whole blocks of 16 (or 8) query rows and a partial one
 }
 
 TEST_CASE("fused self-attention equals the primitives with every mask kind: 70 keys (the blocked kernels)") {
@@ -261,7 +262,7 @@ TEST_CASE("fused attention gives the same bits for 1, 2 and 4 threads") {
   auto g = make_graph(sum(nn::self_attention<"a", 2>(X{}, nn::causal)));
   auto p = g.make_params<float>(1);
   // several query and key blocks (the blocked kernels), or 24 rows and keys (the small-block
-  // kernels: a block of 16 rows and a ragged one)
+  // kernels: whole blocks of 16 or 8 rows and a ragged one)
   const long T = GENERATE(150, 24);
   auto x = test::random_tensor<float>({4, T, D}, 12);
   std::vector<std::vector<float>> results;
