@@ -5,7 +5,7 @@
 //
 //   translate [--minutes M] [--steps N] [--threads N] [--out DIR] [--seed S] [--batch B]
 //             [--max N] [--checkpoint-every N] [--resume] [--stop-after N] [--accumulate A]
-//             [--timeout SECONDS] [--shard-optimizer]
+//             [--timeout SECONDS] [--shard-optimizer] [--test-numbers N]
 //
 // Writes DIR/checkpoint.safetensors (parameters and optimizer state, every --checkpoint-every
 // steps and at the end), DIR/loss.csv, DIR/loss.svg (the loss curve) and DIR/attention.svg
@@ -21,7 +21,9 @@
 // its checkpoints equal, byte for byte, those of one process accumulating them all. --timeout:
 // how long a process waits for another before it ends the job (default 30 s). --shard-optimizer:
 // each process keeps and updates only its share of Adam's state (ZeRO stage 1), with the same
-// bits and the same checkpoints.
+// bits and the same checkpoints. --test-numbers N evaluates on the first N numbers of the test
+// split only (the tests that train for a few steps: an untrained model decodes every number to
+// the longest output, three times).
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -76,6 +78,7 @@ struct settings {
   std::string precision = "f32";  // of training's GEMM-like work: f32 or bf16
   std::string export_onnx;       // folder for the ONNX models (empty: none)
   std::string ort_dir = LOOM_ORT_DIR;  // onnxruntime-node, to check them
+  std::size_t test_numbers = 0;  // evaluate on the first this many of the test split (0: all)
   run_settings run;
 };
 
@@ -113,6 +116,8 @@ void add_options(cli::command_line& app, settings& s) {
               "after training, write the encoder and the decoding step as ONNX models in this folder and "
               "check greedy decoding through them in ONNX Runtime (when node and onnxruntime-node are installed)")
       .text("--ort-dir", s.ort_dir, "folder whose node_modules holds onnxruntime-node (for --export-onnx)")
+      .whole("--test-numbers", s.test_numbers, 0, 1'000'000,
+             "evaluate on the first N numbers of the test split only (0: all of it)")
       .options(s.run);
 }
 
@@ -311,12 +316,17 @@ int train_and_evaluate(const settings& s, const cli::command_line& app, world_t*
     std::printf("trained %lld steps in %.1f s (%.1f ms/step)\n", trained, train_seconds,
                 trained > 0 ? 1e3 * train_seconds / static_cast<double>(trained) : 0.0);
 
-    // ---- evaluation on the held-out test split: greedy decoding through the KV cache
+    // ---- evaluation on the held-out test split (or its first --test-numbers): greedy decoding
+    // through the KV cache
+    const std::vector<translation_pair> test(
+        t.data.test.begin(),
+        t.data.test.begin() + static_cast<std::ptrdiff_t>(s.test_numbers == 0 ? t.data.test.size()
+                                                                               : std::min(s.test_numbers, t.data.test.size())));
     auto t0 = std::chrono::steady_clock::now();
-    auto predictions = translate<cfg>(t, t.data.test, memory_graph, step_graph, params, s.threads);
+    auto predictions = translate<cfg>(t, test, memory_graph, step_graph, params, s.threads);
     const double decode_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     std::vector<std::string> references;
-    for (const auto& p : t.data.test) references.push_back(p.target);
+    for (const auto& p : test) references.push_back(p.target);
     const double accuracy = exact_match(predictions, references);
     const auto bleu = corpus_bleu_text(predictions, references);
     std::printf("\ntest split (%zu numbers, greedy decoding with the KV cache in %.2f s):\n", references.size(),
@@ -324,7 +334,7 @@ int train_and_evaluate(const settings& s, const cli::command_line& app, world_t*
     std::printf("  exact match %.2f%%   BLEU-4 %.2f\n", 100 * accuracy, 100 * bleu.bleu);
     {  // beam search of width 4: the cache holds 4 rows per number and follows the hypotheses
       const auto b0 = std::chrono::steady_clock::now();
-      const auto beam4 = translate_beam<cfg>(t, t.data.test, memory_graph, step_graph, params, s.threads, 4);
+      const auto beam4 = translate_beam<cfg>(t, test, memory_graph, step_graph, params, s.threads, 4);
       const double beam_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - b0).count();
       std::printf("  beam 4 (%.2f s): exact match %.2f%%   BLEU-4 %.2f\n\n", beam_seconds,
                   100 * exact_match(beam4, references), 100 * corpus_bleu_text(beam4, references).bleu);
@@ -332,7 +342,7 @@ int train_and_evaluate(const settings& s, const cli::command_line& app, world_t*
     {  // the decoding step again with its weights in int8 (exec_options::weights): how many
        // translations stay the same, and the time
       const auto q0 = std::chrono::steady_clock::now();
-      const auto int8 = translate<cfg>(t, t.data.test, memory_graph, step_graph, params, s.threads, weight_precision::int8);
+      const auto int8 = translate<cfg>(t, test, memory_graph, step_graph, params, s.threads, weight_precision::int8);
       const double int8_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - q0).count();
       std::size_t same = 0;
       for (std::size_t i = 0; i < int8.size(); ++i) same += int8[i] == predictions[i];
@@ -342,19 +352,19 @@ int train_and_evaluate(const settings& s, const cli::command_line& app, world_t*
                   100 * exact_match(int8, references), 100 * corpus_bleu_text(int8, references).bleu);
     }
     for (std::size_t i = 0; i < 8 && i < predictions.size(); ++i)
-      std::printf("  %-10s -> %-60s %s\n", t.data.test[i].source.c_str(), predictions[i].c_str(),
+      std::printf("  %-10s -> %-60s %s\n", test[i].source.c_str(), predictions[i].c_str(),
                   predictions[i] == references[i] ? "ok" : ("(expected: " + references[i] + ")").c_str());
     int shown_errors = 0;
     for (std::size_t i = 8; i < predictions.size() && shown_errors < 5; ++i)
       if (predictions[i] != references[i]) {
-        std::printf("  %-10s -> %-60s (expected: %s)\n", t.data.test[i].source.c_str(), predictions[i].c_str(),
+        std::printf("  %-10s -> %-60s (expected: %s)\n", test[i].source.c_str(), predictions[i].c_str(),
                     references[i].c_str());
         ++shown_errors;
       }
 
     if (!s.export_onnx.empty()) {  // ---- the model out of loom, checked in ONNX Runtime
 #ifdef LOOM_HAVE_ONNX
-      const auto check = export_onnx(s.export_onnx, t, t.data.test, predictions, memory_graph, step_graph, params,
+      const auto check = export_onnx(s.export_onnx, t, test, predictions, memory_graph, step_graph, params,
                                      run_metadata(s, micro_batches), s.ort_dir, LOOM_SCRIPTS_DIR);
       std::printf("ONNX models written: %s/encoder.onnx, %s/decoder_step.onnx\n", s.export_onnx.c_str(),
                   s.export_onnx.c_str());
@@ -382,9 +392,9 @@ int train_and_evaluate(const settings& s, const cli::command_line& app, world_t*
                          "translate: training and validation loss", {.log_y = true});
     {
       std::size_t pick = 0;
-      for (std::size_t i = 0; i < t.data.test.size(); ++i)
-        if (t.data.test[i].source.size() > t.data.test[pick].source.size()) pick = i;
-      const auto& example = t.data.test[pick];
+      for (std::size_t i = 0; i < test.size(); ++i)
+        if (test[i].source.size() > test[pick].source.size()) pick = i;
+      const auto& example = test[pick];
       auto words = t.target.encode(predictions[pick]);
       std::vector<std::int32_t> tgt{bos};
       tgt.insert(tgt.end(), words.begin(), words.end());

@@ -13,7 +13,7 @@ mpiexec=("$@")
 fail() { echo "resume test: FAILED: $*"; exit 1; }
 rm -rf "$dir" && mkdir -p "$dir" || fail "cannot create $dir"
 
-common=(--threads 1 --steps 12 --batch 16 --max 100000 --checkpoint-every 0)
+common=(--threads 1 --steps 12 --batch 16 --max 100000 --checkpoint-every 0 --test-numbers 32)
 two() { "${mpiexec[@]}" -np 2 "$prog" "${common[@]}" "$@" >>"$dir/log" 2>&1 || { cat "$dir/log"; fail "mpirun -np 2 translate $*"; }; }
 one() { "$prog" "${common[@]}" --accumulate 2 "$@" >>"$dir/log" 2>&1 || { cat "$dir/log"; fail "translate --accumulate 2 $*"; }; }
 same() { cmp "$1/checkpoint.safetensors" "$2/checkpoint.safetensors" || fail "$3"; echo "resume test: $3: equal"; }
