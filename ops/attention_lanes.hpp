@@ -23,30 +23,34 @@ namespace fused_attention {  // named, not anonymous: the kernels' lambdas captu
 // own copy.
 
 constexpr int lanes = 16;  // elements per vector (the small kernels choose their own: small_lanes)
+/// L elements of T (the small kernels' blocks of L query rows); vec<T>: `lanes` of them.
+template <class T, int L>
+using lvec = gcc_vector<T, L * sizeof(T)>;
 template <class T>
-using vec = gcc_vector<T, lanes * sizeof(T)>;
+using vec = lvec<T, lanes>;
 
 /// x in every lane (x − 0 is x exactly, −0 included; GCC broadcasts the scalar operand).
 template <class V, class S>
 [[gnu::always_inline]] inline V splat(S x) {
   return x - V{};
 }
-template <class T>
-[[gnu::always_inline]] inline vec<T> load(const T* p) {
-  vec<T> v;
+/// The L elements at p as a vector, and a vector stored at p (unaligned).
+template <int L = lanes, class T>
+[[gnu::always_inline]] inline lvec<T, L> load(const T* p) {
+  lvec<T, L> v;
   std::memcpy(&v, p, sizeof v);
   return v;
 }
-template <class T>
-[[gnu::always_inline]] inline void store(T* p, const vec<T>& v) {
+template <class T, class V>
+[[gnu::always_inline]] inline void store(T* p, const V& v) {
   std::memcpy(p, &v, sizeof v);
 }
 
 /// f of every lane (the double versions of the lane functions: libm, every digit).
-template <class T, class F>
-[[gnu::always_inline]] inline vec<T> per_lane(const vec<T>& x, F f) {
-  vec<T> y;
-  for (int i = 0; i < lanes; ++i) y[i] = f(x[i]);
+template <class T, int L, class F>
+[[gnu::always_inline]] inline lvec<T, L> per_lane(const lvec<T, L>& x, F f) {
+  lvec<T, L> y;
+  for (int i = 0; i < L; ++i) y[i] = f(x[i]);
   return y;
 }
 
@@ -62,9 +66,9 @@ template <class V>  // a GCC vector of floats of any width (exp_row_sum_halves: 
   x = hi < x ? hi : x;
   return exp_clamped(x);
 }
-template <class T>
-[[gnu::always_inline]] inline vec<T> vexp_lanes(const vec<T>& x) {
-  if constexpr (std::is_same_v<T, double>) return per_lane<T>(x, [](double v) { return std::exp(v); });
+template <class T, int L = lanes>
+[[gnu::always_inline]] inline lvec<T, L> vexp_lanes(const lvec<T, L>& x) {
+  if constexpr (std::is_same_v<T, double>) return per_lane<T, L>(x, [](double v) { return std::exp(v); });
   else return vexp_float_lanes(x);
 }
 
@@ -79,10 +83,10 @@ struct lane_index {  // integers of T's width, one per lane
 /// l ≥ 1, lanes with l = 0 give a finite value the caller discards): one vector instead of a libm
 /// call per row (0.4% of the tiny training step [AMD EPYC]). In double: std::log per lane
 /// (gradient checks want every digit).
-template <class T>
-[[gnu::always_inline]] inline vec<T> vlog_lanes(const vec<T>& x) {
+template <class T, int L = lanes>
+[[gnu::always_inline]] inline lvec<T, L> vlog_lanes(const lvec<T, L>& x) {
   if constexpr (std::is_same_v<T, double>) {
-    return per_lane<T>(x, [](double v) { return std::log(v); });
+    return per_lane<T, L>(x, [](double v) { return std::log(v); });
   } else {
     return log_normal(x);
   }

@@ -51,42 +51,6 @@ bool small_path(const problem<T>& pr) {
 /// either: attention_force_small_lanes, fused_attention.hpp). Defined in ops/attention.cpp.
 int small_lanes();
 
-/// A vector of L elements of T (one query row of the block per lane), and its loads and stores.
-template <class T, int L>
-using lvec = gcc_vector<T, L * sizeof(T)>;
-template <int L, class T>
-[[gnu::always_inline]] inline lvec<T, L> load_l(const T* p) {
-  lvec<T, L> v;
-  std::memcpy(&v, p, sizeof v);
-  return v;
-}
-template <int L, class T>
-[[gnu::always_inline]] inline void store_l(T* p, const lvec<T, L>& v) {
-  std::memcpy(p, &v, sizeof v);
-}
-
-/// e^x and ln x in every lane (vexp_lanes and vlog_lanes for L lanes).
-template <class T, int L>
-[[gnu::always_inline]] inline lvec<T, L> vexp_l(const lvec<T, L>& x) {
-  if constexpr (std::is_same_v<T, double>) {
-    lvec<T, L> y;
-    for (int i = 0; i < L; ++i) y[i] = std::exp(x[i]);
-    return y;
-  } else {
-    return vexp_float_lanes(x);
-  }
-}
-template <class T, int L>
-[[gnu::always_inline]] inline lvec<T, L> vlog_l(const lvec<T, L>& x) {
-  if constexpr (std::is_same_v<T, double>) {
-    lvec<T, L> y;
-    for (int i = 0; i < L; ++i) y[i] = std::log(x[i]);
-    return y;
-  } else {
-    return log_normal(x);
-  }
-}
-
 /// Asks for rows [0, rows) of x's entry n to be brought into the cache: the next entry's
 /// operands, fetched while this one computes. Each entry of a small problem reads a few dozen
 /// rows that were written long before (in the forward, for the backward) and sit in the last
@@ -139,16 +103,16 @@ template <class T, int L>
   for (; c0 + L <= x.cols; c0 += L) {
     lvec<T, L> r[L];
 #pragma GCC unroll 16
-    for (int i = 0; i < L; ++i) r[i] = i < nr ? load_l<L>(x0 + i * ld + c0) : lvec<T, L>{};
+    for (int i = 0; i < L; ++i) r[i] = i < nr ? load<L>(x0 + i * ld + c0) : lvec<T, L>{};
     if constexpr (L == 16) transpose_stage<T, L, 8>(r);
     transpose_stage<T, L, 4>(r);
     transpose_stage<T, L, 2>(r);
     transpose_stage<T, L, 1>(r);
 #pragma GCC unroll 16
-    for (int e = 0; e < L; ++e) store_l<L>(xt + (c0 + e) * L, r[e]);
+    for (int e = 0; e < L; ++e) store(xt + (c0 + e) * L, r[e]);
   }
   if (c0 == x.cols) return;
-  for (std::int64_t c = c0; c < x.cols; ++c) store_l<L>(xt + c * L, lvec<T, L>{});
+  for (std::int64_t c = c0; c < x.cols; ++c) store(xt + c * L, lvec<T, L>{});
   for (int i = 0; i < nr; ++i)
     for (std::int64_t c = c0; c < x.cols; ++c) xt[c * L + i] = x0[i * ld + c];
 }
@@ -165,22 +129,22 @@ template <class T, int L>
     V acc0{}, acc1{}, acc2{}, acc3{};
     const T* aj = a + j * lda;
     for (std::int64_t c = 0; c < cols; ++c) {
-      const V x = load_l<L>(xt + c * L);
+      const V x = load<L>(xt + c * L);
       acc0 += aj[c] * x;
       acc1 += aj[lda + c] * x;
       acc2 += aj[2 * lda + c] * x;
       acc3 += aj[3 * lda + c] * x;
     }
-    store_l<L>(out + j * L, acc0 * scale);
-    store_l<L>(out + (j + 1) * L, acc1 * scale);
-    store_l<L>(out + (j + 2) * L, acc2 * scale);
-    store_l<L>(out + (j + 3) * L, acc3 * scale);
+    store(out + j * L, acc0 * scale);
+    store(out + (j + 1) * L, acc1 * scale);
+    store(out + (j + 2) * L, acc2 * scale);
+    store(out + (j + 3) * L, acc3 * scale);
   }
   for (; j < w; ++j) {
     V acc{};
     const T* aj = a + j * lda;
-    for (std::int64_t c = 0; c < cols; ++c) acc += aj[c] * load_l<L>(xt + c * L);
-    store_l<L>(out + j * L, acc * scale);
+    for (std::int64_t c = 0; c < cols; ++c) acc += aj[c] * load<L>(xt + c * L);
+    store(out + j * L, acc * scale);
   }
 }
 
@@ -197,14 +161,14 @@ template <int R, int L, class T>
   for (; c0 + L <= n; c0 += L) {
     V acc[R] = {};
     for (std::int64_t t = 0; t < m; ++t) {
-      const V xr = load_l<L>(x + t * ldx + c0);
+      const V xr = load<L>(x + t * ldx + c0);
 #pragma GCC unroll 4
       for (int r = 0; r < R; ++r) acc[r] += a[r * ar + t * as] * xr;
     }
 #pragma GCC unroll 4
     for (int r = 0; r < R; ++r) {
       T* yr = y + r * ldy + c0;
-      store_l<L>(yr, add ? load_l<L>(yr) + acc[r] * scale[r * ss] : acc[r] * scale[r * ss]);
+      store(yr, add ? load<L>(yr) + acc[r] * scale[r * ss] : acc[r] * scale[r * ss]);
     }
   }
   for (; c0 < n; ++c0)
@@ -297,17 +261,17 @@ LOOM_VECTOR_CLONES void forward_small(const problem<T>& pr, T* out, T* lse, std:
     for (int i = 0; i < L; ++i) mx[i] = sj[i] > mx[i] ? sj[i] : mx[i];
   }
   for (int i = 0; i < L; ++i) base[i] = mx[i] == neg_inf ? T(0) : mx[i];  // no key to see: e^(−∞) = 0
-  const V b = load_l<L>(base);
+  const V b = load<L>(base);
   V l{};
   for (std::int64_t j = 0; j < w; ++j) {
-    const V e = vexp_l<T, L>(load_l<L>(st + j * L) - b);
-    store_l<L>(st + j * L, e);
+    const V e = vexp_lanes<T, L>(load<L>(st + j * L) - b);
+    store(st + j * L, e);
     l += e;
   }
   T inv[L];
   for (int i = 0; i < nr; ++i) inv[i] = l[i] > T(0) ? T(1) / l[i] : T(0);
   if (lse) {
-    const V log_l = vlog_l<T, L>(l);
+    const V log_l = vlog_lanes<T, L>(l);
     for (int i = 0; i < nr; ++i) lse[n * pr.rows + r0 + i] = l[i] > T(0) ? mx[i] + log_l[i] : neg_inf;
   }
   // o[i] = Σ_j p[i, j] v[j] / l[i]
@@ -342,18 +306,18 @@ LOOM_VECTOR_CLONES void backward_small(const problem<T>& pr, const operand<const
       const T l = i < nr ? lse[n * pr.rows + r0 + i] : neg_inf;
       base[i] = l == neg_inf ? -neg_inf : l;
     }
-    const V b = load_l<L>(base);
-    for (std::int64_t j = 0; j < w; ++j) store_l<L>(pt + j * L, vexp_l<T, L>(load_l<L>(pt + j * L) - b));
+    const V b = load<L>(base);
+    for (std::int64_t j = 0; j < w; ++j) store(pt + j * L, vexp_lanes<T, L>(load<L>(pt + j * L) - b));
     if (dvv.base)  // dv[j] += Σ_i p[i, j] do[i]
       combine_all<L>(w, dvv.at(n, klo), dvv.ld, true, &one, 0, pt, L, 1, nr, dout.at(n, r0), dout.ld, dv);
     if (!dq.base && !dk.base) continue;
     T dsum_rows[L] = {};  // D = rowsum(do ⊙ o)
     for (int i = 0; i < nr; ++i) dsum_rows[i] = lane_dot(dout.at(n, r0 + i), pr.o.at(n, r0 + i), dv);
-    const V dsum = load_l<L>(dsum_rows);
+    const V dsum = load<L>(dsum_rows);
     load_transposed<T, L>(dout, n, r0, nr, qt);
     rows_times_block<T, L>(pr.v.at(n, klo), pr.v.ld, w, dv, qt, T(1), ds);  // dp = do vᵀ
     for (std::int64_t j = 0; j < w; ++j)                                      // ds = p ⊙ (dp − D)
-      store_l<L>(ds + j * L, load_l<L>(pt + j * L) * (load_l<L>(ds + j * L) - dsum));
+      store(ds + j * L, load<L>(pt + j * L) * (load<L>(ds + j * L) - dsum));
     if (dq.base)  // dq[i] += c · Σ_j ds[i, j] k[j]
       combine_all<L>(nr, dq.at(n, r0), dq.ld, true, &c, 0, ds, 1, L, w, pr.k.at(n, klo), pr.k.ld, d);
     if (dk.base)  // dk[j] += c · Σ_i ds[i, j] q[i]
