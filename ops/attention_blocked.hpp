@@ -58,9 +58,9 @@ class packed_keys {
       if (!worth || pr.bf16 || !sgemm_avx512_takes(false, true, 2, pr.keys, pr.d)) return;
       stride_ = sgemm_panels_size(pr.keys, pr.d);
       buf_ = take_packing_buffer<float>();
-      if (buf_.size() < static_cast<std::size_t>(pr.N * stride_)) buf_.resize(static_cast<std::size_t>(pr.N * stride_));
+      panels_ = line_aligned(buf_, pr.N * stride_);  // stride_ is a multiple of 32 floats
       for_chunks(pr.N, 1, [&](std::int64_t n0, std::int64_t n1) {
-        for (std::int64_t n = n0; n < n1; ++n) pack_rows_t(pr.k, n, buf_.data() + n * stride_);
+        for (std::int64_t n = n0; n < n1; ++n) pack_rows_t(pr.k, n, panels_ + n * stride_);
       });
     }
   }
@@ -71,12 +71,13 @@ class packed_keys {
   packed_keys& operator=(const packed_keys&) = delete;
   /// Entry n's panels, or null.
   const T* of(std::int64_t n) const {
-    if constexpr (std::is_same_v<T, float>) return stride_ ? buf_.data() + n * stride_ : nullptr;
+    if constexpr (std::is_same_v<T, float>) return stride_ ? panels_ + n * stride_ : nullptr;
     else return nullptr;
   }
 
  private:
   std::vector<float> buf_;
+  float* panels_ = nullptr;  // in buf_, on a cache line
   std::int64_t stride_ = 0;
 };
 

@@ -300,13 +300,8 @@ template <int NV>
   }
 }
 
-// A buffer of at least n words, 64-byte aligned. It only grows: resizing a reused buffer down
-// and up again would zero its new words at every call (the packing overwrites them anyway).
-u32* scratch(std::vector<u32>& buffer, i64 n) {
-  if (buffer.size() < static_cast<std::size_t>(n + 16)) buffer.resize(static_cast<std::size_t>(n + 16));
-  const auto at = reinterpret_cast<std::uintptr_t>(buffer.data());
-  return buffer.data() + ((64 - at % 64) % 64) / sizeof(u32);
-}
+// A buffer of at least n words, 64-byte aligned (packing_pool.hpp).
+u32* scratch(std::vector<u32>& buffer, i64 n) { return line_aligned(buffer, n); }
 
 // Words of op(A) packed (pack_a): [M, pairs], or [pairs, m_pad] transposed.
 i64 packed_a_words(bool trans_a, i64 m, i64 pairs) { return trans_a ? pairs * ((m + 31) / 32 * 32) : m * pairs; }

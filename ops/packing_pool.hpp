@@ -20,4 +20,19 @@ std::vector<W> take_packing_buffer();
 template <class W>
 void give_packing_buffer(std::vector<W>&& b);
 
+/// A run of at least n words inside `buffer` that starts on a 64-byte boundary (a cache line),
+/// growing the buffer when it is too short and never shrinking it (resizing a reused buffer down
+/// and up again would zero its new words at every call; the packing overwrites them anyway).
+/// glibc's malloc aligns to 16 bytes only (a block it maps starts 16 bytes past a page): the
+/// rows of a packed panel (32 floats) read or written as 32-byte vectors from there would split
+/// a cache line at every other access.
+template <class W>
+W* line_aligned(std::vector<W>& buffer, std::int64_t n) {
+  static_assert(64 % sizeof(W) == 0);
+  constexpr std::size_t slack = 64 / sizeof(W) - 1;
+  if (buffer.size() < static_cast<std::size_t>(n) + slack) buffer.resize(static_cast<std::size_t>(n) + slack);
+  const auto at = reinterpret_cast<std::uintptr_t>(buffer.data());
+  return buffer.data() + (64 - at % 64) % 64 / sizeof(W);
+}
+
 }  // namespace loom::ops

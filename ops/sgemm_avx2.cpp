@@ -5,6 +5,7 @@
 #include "sgemm_avx2.hpp"
 
 #include "cpu_features.hpp"
+#include "packing_pool.hpp"
 
 #include <algorithm>
 #include <vector>
@@ -205,15 +206,15 @@ void tiles(i64 m, i64 w, i64 width, const float* a, i64 a_row, i64 a_k, i64 a_ti
   // both from the second level at every tile: a weight gradient [256, 1024]ᵀ · [1024, 256] ran
   // at 78 GFLOP/s against 108 for OpenBLAS's AVX2 kernel (AMD EPYC Zen 4, AVX2 forced).
   constexpr i64 k_block = 128;
-  thread_local std::vector<float> part;  // the partial sums of every row of the panel
-  if (k > k_block && part.size() < static_cast<std::size_t>(m * 32)) part.resize(static_cast<std::size_t>(m * 32));
+  thread_local std::vector<float> part_buffer;  // the partial sums of every row of the panel
+  float* const part = k > k_block ? line_aligned(part_buffer, m * 32) : nullptr;
   for (i64 k0 = 0; k0 < k; k0 += k_block) {
     const i64 kn = std::min(k_block, k - k0);
     const bool first = k0 == 0, last = k0 + kn == k;
     for (i64 i0 = 0; i0 < m; i0 += tile_rows) {
       const int rows = static_cast<int>(std::min(tile_rows, m - i0));
       const gemm_epilogue ei{e.bias, e.relu, e.residual ? e.residual + i0 * e.ldr : nullptr, e.ldr};
-      const sums s{part.data() + i0 * 32, first, last};
+      const sums s{part ? part + i0 * 32 : nullptr, first, last};
       const float* ai = a + i0 / tile_rows * a_tile + k0 * a_k;
       if (width == 32)
         tile_rows_of<4>(rows, ai, a_row, a_k, p + k0 * ld, ld, kn, c + i0 * ldc, ldc, alpha, beta, w, ei, s);
@@ -255,16 +256,16 @@ void panel_tiles(std::int64_t m, std::int64_t w, std::int64_t width, const float
 void row_blocks(std::int64_t m, std::int64_t w, std::int64_t k, const float* a, std::int64_t a_row,
                 std::int64_t a_k, const float* panels, std::int64_t n, std::int64_t j0, float* c, std::int64_t ldc,
                 float alpha, float beta, const gemm_epilogue& e) {
-  thread_local std::vector<float> strips;  // one block of op(A), block_rows · k floats
-  strips.resize(static_cast<std::size_t>(block_rows * k));
+  thread_local std::vector<float> strips_buffer;
+  float* const strips = line_aligned(strips_buffer, block_rows * k);  // one block of op(A)
   for (i64 i0 = 0; i0 < m; i0 += block_rows) {
     const i64 rows = std::min(block_rows, m - i0);
-    pack_strips(rows, k, a + i0 * a_row, a_row, a_k, strips.data());
+    pack_strips(rows, k, a + i0 * a_row, a_row, a_k, strips);
     for (i64 jj = 0; jj < w; jj += 32) {
       const i64 at = j0 + jj, width = (std::min<i64>(32, n - at) + 15) / 16 * 16;
       const gemm_epilogue ej{e.bias ? e.bias + jj : nullptr, e.relu,
                              e.residual ? e.residual + i0 * e.ldr + jj : nullptr, e.ldr};
-      tiles(rows, std::min<i64>(32, w - jj), width, strips.data(), 1, tile_rows, tile_rows * k, panels + at * k,
+      tiles(rows, std::min<i64>(32, w - jj), width, strips, 1, tile_rows, tile_rows * k, panels + at * k,
             width, k, c + i0 * ldc + jj, ldc, alpha, beta, ej);
     }
   }

@@ -255,13 +255,13 @@ bool sgemm_avx512(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, st
       return sgemm_avx512(trans_a, m, alpha, a, lda, pb, beta, c, ldc, epilogue);
   const bool pack = packs_b(isa, trans_b, m, n, ldb);
   thread_local std::vector<float> buffer;  // nothing else runs on this thread until the product is done
-  if (pack) buffer.resize(static_cast<std::size_t>(k * panel_cols));
+  float* const panel_buffer = pack ? line_aligned(buffer, k * panel_cols) : nullptr;
   run_panels(
       isa, tile_rows_for(isa), trans_a, m, n, k, alpha, a, lda,
       [&](i64 j0, i64 w, i64 width) -> std::pair<const float*, i64> {
         if (!pack) return {b + j0, ldb};
-        pack_panel(isa, trans_b, b, ldb, j0, w, k, buffer.data(), width);
-        return {buffer.data(), width};
+        pack_panel(isa, trans_b, b, ldb, j0, w, k, panel_buffer, width);
+        return {panel_buffer, width};
       },
       beta, c, ldc, epilogue);
   return true;
@@ -416,9 +416,7 @@ sgemm_packed_b::sgemm_packed_b(bool trans_b, std::int64_t n, std::int64_t k, con
   const isa_t isa = chosen_isa();
   if (!sgemm_avx512_takes(false, trans_b, 1, n, k) || !packs_b(isa, trans_b, max_n, n, ldb)) return;
   storage_ = take_packing_buffer<float>();
-  if (storage_.size() < static_cast<std::size_t>(sgemm_panels_size(n, k)))
-    storage_.resize(static_cast<std::size_t>(sgemm_panels_size(n, k)));
-  float* const out = storage_.data();
+  float* const out = line_aligned(storage_, sgemm_panels_size(n, k));
   for_chunks((n + panel_cols - 1) / panel_cols, grain_for(k * panel_cols, 1 << 16),
              [&](std::int64_t p0, std::int64_t p1) { pack_panels(isa, trans_b, b, ldb, n, k, out, p0, p1); });
   panels_ = out;

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "../ops/blas.hpp"
+#include "../ops/packing_pool.hpp"
 #include "../ops/sgemm_avx512.hpp"
 
 using namespace loom;
@@ -460,4 +461,22 @@ TEST_CASE("the AVX2 kernel's row blocks (products of more than 256 rows) give th
       CHECK(worst_error(product{ta, tb, 290, 48, 7, 0.5f, 0.f}, true) < 1e-5);  // C (NaN) not read
     }
   ops::sgemm_force_isa(ops::sgemm_isa::cpu);
+}
+
+TEST_CASE("line_aligned gives a run of n words on a 64-byte boundary inside a buffer that only grows") {
+  for (const std::int64_t n : {0, 1, 15, 16, 17, 1000, 1 << 16}) {
+    std::vector<float> buffer;
+    float* run = loom::ops::line_aligned(buffer, n);
+    CHECK(reinterpret_cast<std::uintptr_t>(run) % 64 == 0);
+    CHECK(run >= buffer.data());
+    CHECK(run + n <= buffer.data() + buffer.size());
+    const std::size_t size = buffer.size();
+    std::vector<std::uint32_t> words(3);  // a buffer already holding words
+    std::uint32_t* w = loom::ops::line_aligned(words, n);
+    CHECK(reinterpret_cast<std::uintptr_t>(w) % 64 == 0);
+    CHECK(w + n <= words.data() + words.size());
+    run = loom::ops::line_aligned(buffer, n / 2);  // a shorter run: the buffer keeps its size
+    CHECK(buffer.size() == size);
+    CHECK(reinterpret_cast<std::uintptr_t>(run) % 64 == 0);
+  }
 }
