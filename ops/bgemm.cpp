@@ -300,9 +300,6 @@ template <int NV>
   }
 }
 
-// A buffer of at least n words, 64-byte aligned (packing_pool.hpp).
-u32* scratch(std::vector<u32>& buffer, i64 n) { return line_aligned(buffer, n); }
-
 // Words of op(A) packed (pack_a): [M, pairs], or [pairs, m_pad] transposed.
 i64 packed_a_words(bool trans_a, i64 m, i64 pairs) { return trans_a ? pairs * ((m + 31) / 32 * 32) : m * pairs; }
 
@@ -340,8 +337,8 @@ template <class PanelOf>
                                        i64 lda, const float* b, i64 ldb, float beta, float* c, i64 ldc) {
   const i64 pairs = (k + 1) / 2;
   thread_local std::vector<u32> a_buffer, b_buffer;
-  u32* const ap = scratch(a_buffer, packed_a_words(trans_a, m, pairs));
-  u32* const panel = scratch(b_buffer, pairs * panel_cols);
+  u32* const ap = line_aligned(a_buffer, packed_a_words(trans_a, m, pairs));
+  u32* const panel = line_aligned(b_buffer, pairs * panel_cols);
   pack_a(trans_a, a, lda, m, k, pairs, (m + 31) / 32 * 32, ap);
   products(trans_a, ap, m, n, pairs, [&](i64 j0, i64 w, i64 width) {
     pack_b(trans_b, b, ldb, j0, w, k, pairs, panel, width);
@@ -353,7 +350,7 @@ template <class PanelOf>
                                             i64 n, i64 k, float beta, float* c, i64 ldc, const gemm_epilogue& e) {
   const i64 pairs = (k + 1) / 2;
   thread_local std::vector<u32> a_buffer;
-  u32* const ap = scratch(a_buffer, packed_a_words(trans_a, m, pairs));
+  u32* const ap = line_aligned(a_buffer, packed_a_words(trans_a, m, pairs));
   pack_a(trans_a, a, lda, m, k, pairs, (m + 31) / 32 * 32, ap);
   products(trans_a, ap, m, n, pairs, [&](i64 j0, i64, i64) { return bp + j0 * pairs; }, alpha, beta, c, ldc, e);
 }
@@ -362,7 +359,7 @@ template <class PanelOf>
                                             float alpha, const float* b, i64 ldb, float beta, float* c, i64 ldc) {
   const i64 pairs = (k + 1) / 2;
   thread_local std::vector<u32> b_buffer;
-  u32* const panel = scratch(b_buffer, pairs * panel_cols);
+  u32* const panel = line_aligned(b_buffer, pairs * panel_cols);
   products(trans_a, ap, m, n, pairs, [&](i64 j0, i64 w, i64 width) {
     pack_b(trans_b, b, ldb, j0, w, k, pairs, panel, width);
     return static_cast<const u32*>(panel);
@@ -441,7 +438,7 @@ bgemm_packed<S>::bgemm_packed(bool trans, std::int64_t count, std::int64_t k, co
   const i64 pairs = (k + 1) / 2;
   storage_ = take_packing_buffer<u32>();
   u32* const words =
-      scratch(storage_, S == bgemm_side::a ? packed_a_words(trans, count, pairs) : packed_b_words(count, pairs));
+      line_aligned(storage_, S == bgemm_side::a ? packed_a_words(trans, count, pairs) : packed_b_words(count, pairs));
   if constexpr (S == bgemm_side::a) pack_a_whole(trans, x, ld, count, k, words);
   else pack_b_whole(trans, x, ld, count, k, words);
   words_ = words;

@@ -34,38 +34,36 @@ inline std::int64_t row_grain(std::int64_t n, std::int64_t k) {
 }
 
 // Rows per work item of a product whose other operand is packed once for all of them
-// (bgemm_packed_b): about 2^21 multiply-adds, a multiple of 8 (the bf16 kernel's tile), at least
-// 16. Finer than row_grain, whose chunks each pack that operand again: here each row of op(X) is
-// packed once however the rows are split, so small items cost little, and they spread a
-// product evenly over the threads (3 chunks of 256 rows leave one of 2 threads idle a third of
-// the product). The bits do not depend on the split (bgemm.hpp). On the small training step
-// (bench_vs_torch small_train_bf16, AMD EPYC Zen 4) items of 2^19 to 2^24 multiply-adds ran
-// alike within the run-to-run noise, at 1 and at 2 threads.
-inline std::int64_t packed_row_grain(std::int64_t n, std::int64_t k) {
+// (bgemm_packed_b, sgemm_packed_b): about 2^21 multiply-adds, a multiple of 8 (the bf16 kernel's
+// tile), at least min_rows. Finer than row_grain, whose chunks each pack that operand again: here
+// each row of op(X) is packed once however the rows are split, so small items cost little, and
+// they spread a product evenly over the threads (3 chunks of 256 rows leave one of 2 threads idle
+// a third of the product). The bits do not depend on the split (bgemm.hpp, sgemm_avx512.hpp).
+// - bf16: at least 16 rows. On the small training step (bench_vs_torch small_train_bf16, AMD
+//   EPYC Zen 4) items of 2^19 to 2^24 multiply-adds ran alike within the run-to-run noise, at 1
+//   and at 2 threads.
+// - float (packed_float_rows): at least 96 rows (whole tiles of the AVX2 kernel's 3 rows and the
+//   AVX-512 kernel's 8 or 12). Each item passes every packed panel over its rows, and the panels
+//   of a large op(B) come from the outer caches: 16-row items read them for 5 AVX2 tiles each.
+//   One process alternating the splits, 1 thread, GFLOP/s medians of 23 rounds [AMD EPYC, family
+//   25 model 1, Zen 3]: [1024, 256] · [256, 1024] 51.1 (16 rows) → 55.3 (96) → 51.8 (256);
+//   [1024, 1024] · [1024, 256] 69.8 → 74.6 → 72.2; [1024, 256] · [256, 768] 50.1 → 53.4 → 50.6.
+//   Not measured on an AVX-512 CPU.
+inline std::int64_t packed_row_grain(std::int64_t n, std::int64_t k, std::int64_t min_rows = 16) {
   const std::int64_t per_row = std::max<std::int64_t>(1, n * k);
-  return std::max<std::int64_t>(16, (std::int64_t{1} << 21) / per_row / 8 * 8);
+  return std::max<std::int64_t>(min_rows, (std::int64_t{1} << 21) / per_row / 8 * 8);
 }
 
-// Rows per work item of a float product whose op(B) is packed once (sgemm_packed_b): about
-// 2^21 multiply-adds and a multiple of 8 as above, but at least 96 (whole tiles of the AVX2
-// kernel's 3 rows and the AVX-512 kernel's 8 or 12). Each item passes every packed panel over its
-// rows, and the panels of a large op(B) come from the outer caches: 16-row items read them for
-// 5 tiles each. One process alternating the splits, 1 thread, GFLOP/s medians of 23 rounds [AMD
-// EPYC Zen 3]: [1024, 256] · [256, 1024] 51.1 (16 rows) → 55.3 (96) → 51.8 (256); [1024, 1024]
-// · [1024, 256] 69.8 → 74.6 → 72.2; [1024, 256] · [256, 768] 50.1 → 53.4 → 50.6. Not measured on
-// an AVX-512 CPU. The bits do not depend on the split (sgemm_avx512.hpp).
-inline std::int64_t sgemm_packed_row_grain(std::int64_t n, std::int64_t k) {
-  const std::int64_t per_row = std::max<std::int64_t>(1, n * k);
-  return std::max<std::int64_t>(96, (std::int64_t{1} << 21) / per_row / 8 * 8);
-}
+/// packed_row_grain's least rows for float products over sgemm_packed_b.
+constexpr std::int64_t packed_float_rows = 96;
 
 // item(b, r0, r1) for rows [r0, r1) of each of `batch` products [rows, n] · [n, k]ᵀ-sized (k
-// the sum's length), in items of g rows (packed_row_grain's by default), over the threads: the
+// the sum's length), in items of packed_row_grain(n, k, min_rows) rows, over the threads: the
 // loop of every product whose other operand is packed once (bgemm_packed_b, sgemm_packed_b).
 template <class Item>
 void for_packed_rows(std::int64_t batch, std::int64_t rows, std::int64_t n, std::int64_t k, Item&& item,
-                     std::int64_t g = 0) {
-  if (g == 0) g = packed_row_grain(n, k);
+                     std::int64_t min_rows = 16) {
+  const std::int64_t g = packed_row_grain(n, k, min_rows);
   const std::int64_t items = (rows + g - 1) / g;
   for_chunks(batch * items, 1, [&](std::int64_t i0, std::int64_t i1) {
     for (std::int64_t i = i0; i < i1; ++i) {
@@ -178,7 +176,7 @@ void batched_gemm(bool tx, bool ty, std::int64_t batch, std::int64_t rows, std::
       if (yp.packed()) {
         for_packed_rows(batch, rows, n, k, [&](std::int64_t b, std::int64_t r0, std::int64_t r1) {
           gemm(tx, r1 - r0, 1.f, row_of_op(x + b * sx, tx, ldx, r0), ldx, yp, beta, c + b * sc + r0 * n, n);
-        }, sgemm_packed_row_grain(n, k));
+        }, packed_float_rows);
         return;
       }
     }

@@ -194,7 +194,7 @@ void linear_kernels::forward(const op_args<T>& a) {
           // gelu (z is saved for backward), or one row (a GEMV)
           gemm(false, r1 - r0, 1.f, x + r0 * k, k, wp, 0.f, y + r0 * n, n);
           epilogue(act, y, z_saved, b, res, r0, r1, n);  // while the rows are in cache
-        }, sgemm_packed_row_grain(n, k));
+        }, packed_float_rows);
         return;
       }
     }
