@@ -85,11 +85,11 @@ void forward_kernel(attention_op, const op_args<T>& a) {
     return;
   }
   const std::int64_t blocks = (pr.rows + query_block - 1) / query_block;
-  const packed_keys<T> kt(pr, blocks > 1);
+  const packed_kv<T> kv(pr, blocks > 1);
   for_chunks(pr.N * blocks, 1, [&](std::int64_t b0, std::int64_t b1) {
     for (std::int64_t item = b0; item < b1; ++item) {
       const std::int64_t n = item / blocks, r0 = (item % blocks) * query_block;
-      forward_rows(pr, a.out, a.saved, n, r0, std::min(pr.rows, r0 + query_block), kt.of(n));
+      forward_rows(pr, a.out, a.saved, n, r0, std::min(pr.rows, r0 + query_block), &kv);
     }
   });
 }

@@ -21,12 +21,13 @@ namespace fused_attention {  // named, not anonymous: the kernels' lambdas captu
 
 // ---- keys and values packed once per entry ----
 //
-// The blocked kernels multiply by Kᵀ (the scores) and, in the backward, by Vᵀ (dp) one key block
-// at a time, for every query block: each call copied that block of K or V into the GEMM's panels
-// again, 8 times per entry at 1024 rows. In float (loom's GEMM), the whole of an entry's Kᵀ or Vᵀ
-// is now copied into panels once, and each key block reads its slice (a key block starting at a
-// multiple of 32; others, and bf16 products, take the per-call path). Same bits: the GEMM
-// computes each element from its row and column alone (sgemm_avx512.hpp).
+// The blocked kernels multiply by Kᵀ (the scores), by V (the forward's weights · V) and, in the
+// backward, by Vᵀ (dp) one key block at a time, for every query block: each call copied that
+// block of K or V into the GEMM's panels again, 8 times per entry at 1024 rows. In float (loom's
+// GEMM), an entry's Kᵀ, V and Vᵀ are copied into panels once, and each key block reads its slice
+// (a key block starting at a multiple of 32 for Kᵀ and Vᵀ, a whole key block for V; others, and
+// bf16 products, take the per-call path). Same bits: the GEMM computes each element from its row
+// and column alone (sgemm_avx512.hpp).
 
 /// c = alpha · x · op(B)[:, j0, j0 + w) from op(B) packed by pack_rows_t (n columns in all): true;
 /// false (the caller calls gemm) when not float, not packed, or the GEMM does not take the slice.
@@ -48,44 +49,86 @@ bool pack_rows_t(const operand<const T>& x, std::int64_t n, T* out) {
   else return false;
 }
 
-/// Kᵀ of every entry in panels, made once for all the query blocks of a forward (float only;
-/// empty otherwise, and when an entry has one query block: nothing would be copied twice).
+/// Kᵀ and V of every entry in panels, made once for all the query blocks of a forward (float
+/// only; empty otherwise, and when an entry has one query block: nothing would be copied twice).
+/// V is packed per key block (rows [b · key_block, (b + 1) · key_block) as an op(B) of its own),
+/// since weights · V sums over a block's keys: the forward had copied each block of V into the
+/// GEMM's panels again for every query block (2.5% of MHA forward B1 T1024's samples, AMD EPYC
+/// Zen 3). The same bits (sgemm_avx512_panels).
 template <class T>
-class packed_keys {
+class packed_kv {
  public:
-  packed_keys(const problem<T>& pr, bool worth) {
+  packed_kv(const problem<T>& pr, bool worth) {
     if constexpr (std::is_same_v<T, float>) {
       if (!worth || pr.bf16 || !sgemm_avx512_takes(false, true, 2, pr.keys, pr.d)) return;
       stride_ = sgemm_panels_size(pr.keys, pr.d);
+      const bool values = sgemm_avx512_takes(false, false, 2, pr.dv, 1);
+      const std::int64_t key_blocks = (pr.keys + key_block - 1) / key_block;
+      block_ = values ? sgemm_panels_size(pr.dv, key_block) : 0;  // a multiple of 32 floats
+      const std::int64_t per_entry = stride_ + key_blocks * block_;
       buf_ = take_packing_buffer<float>();
-      panels_ = line_aligned(buf_, pr.N * stride_);  // stride_ is a multiple of 32 floats
+      panels_ = line_aligned(buf_, pr.N * per_entry);
+      values_ = panels_ + pr.N * stride_;
       for_chunks(pr.N, 1, [&](std::int64_t n0, std::int64_t n1) {
-        for (std::int64_t n = n0; n < n1; ++n) pack_rows_t(pr.k, n, panels_ + n * stride_);
+        for (std::int64_t n = n0; n < n1; ++n) {
+          pack_rows_t(pr.k, n, panels_ + n * stride_);
+          for (std::int64_t b = 0; block_ && b < key_blocks; ++b) {
+            const std::int64_t j0 = b * key_block;
+            sgemm_pack_panels(false, pr.dv, std::min(key_block, pr.keys - j0), pr.v.at(n, j0), pr.v.ld,
+                              values_ + (n * key_blocks + b) * block_);
+          }
+        }
       });
+      key_blocks_ = key_blocks;
+      keys_ = pr.keys;
     }
   }
-  ~packed_keys() {
+  ~packed_kv() {
     if constexpr (std::is_same_v<T, float>) give_packing_buffer(std::move(buf_));
   }
-  packed_keys(const packed_keys&) = delete;
-  packed_keys& operator=(const packed_keys&) = delete;
-  /// Entry n's panels, or null.
-  const T* of(std::int64_t n) const {
+  packed_kv(const packed_kv&) = delete;
+  packed_kv& operator=(const packed_kv&) = delete;
+  /// Entry n's Kᵀ in panels, or null.
+  const T* keys_of(std::int64_t n) const {
     if constexpr (std::is_same_v<T, float>) return stride_ ? panels_ + n * stride_ : nullptr;
     else return nullptr;
+  }
+  /// Entry n's values [j0, j0 + w) in panels ([w, dv] as an op(B) of its own), or null unless that
+  /// is one whole packed block (j0 a multiple of key_block, w its length).
+  const T* values_of(std::int64_t n, std::int64_t j0, std::int64_t w) const {
+    if constexpr (std::is_same_v<T, float>) {
+      if (!block_ || j0 % key_block != 0 || w != std::min(key_block, keys_ - j0)) return nullptr;
+      return values_ + (n * key_blocks_ + j0 / key_block) * block_;
+    } else {
+      return nullptr;
+    }
   }
 
  private:
   std::vector<float> buf_;
-  float* panels_ = nullptr;  // in buf_, on a cache line
-  std::int64_t stride_ = 0;
+  float* panels_ = nullptr;  // in buf_, on a cache line: every entry's Kᵀ, then every entry's value blocks
+  float* values_ = nullptr;
+  std::int64_t stride_ = 0, block_ = 0, key_blocks_ = 0, keys_ = 0;
 };
 
-// Rows [r0, r1) of entry n: the online softmax over key blocks, then o and the row lse. kt: entry
-// n's Kᵀ in panels (packed_keys), or null.
+/// acc[rows, dv] += s · V's block from packed_kv::values_of (vb: [w, dv] in panels): true; false
+/// (the caller calls gemm, which computes the same bits) when vb is null or rows < 2 (gemm takes
+/// one row as a GEMV).
+template <class T>
+bool values_from_panels(const T* vb, std::int64_t rows, std::int64_t dv, std::int64_t w, const T* s, std::int64_t lds,
+                        T* acc) {
+  if constexpr (std::is_same_v<T, float>)
+    return vb && rows >= 2 && sgemm_avx512_panels(rows, dv, w, 1.f, s, lds, vb, dv, 0, 1.f, acc, dv);
+  else
+    return false;
+}
+
+// Rows [r0, r1) of entry n: the online softmax over key blocks, then o and the row lse. kv: the
+// entries' Kᵀ and V in panels (packed_kv), or null.
 template <class T>
 LOOM_VECTOR_CLONES void forward_rows(const problem<T>& pr, T* out, T* lse, std::int64_t n, std::int64_t r0, std::int64_t r1,
-                                     const T* kt = nullptr) {
+                                     const packed_kv<T>* kv = nullptr) {
+  const T* kt = kv ? kv->keys_of(n) : nullptr;
   const T neg_inf = -std::numeric_limits<T>::infinity();
   const std::int64_t rows = r1 - r0, dv = pr.dv;
   T* s = scratch<T>(static_cast<std::size_t>(rows * (key_block + dv + 2)));
@@ -123,7 +166,8 @@ LOOM_VECTOR_CLONES void forward_rows(const problem<T>& pr, T* out, T* lse, std::
       m[ri] = m_new;
       if (pr.drop) pr.apply_dropout(n, r0 + ri, j0, w, row);  // the normaliser l keeps every key
     }
-    gemm<T>(false, false, rows, dv, w, T(1), s, ws, pr.v.at(n, j0), pr.v.ld, T(1), acc, dv, pr.bf16);
+    if (!values_from_panels(kv ? kv->values_of(n, j0, w) : nullptr, rows, dv, w, s, ws, acc))
+      gemm<T>(false, false, rows, dv, w, T(1), s, ws, pr.v.at(n, j0), pr.v.ld, T(1), acc, dv, pr.bf16);
   }
   for (std::int64_t ri = 0; ri < rows; ++ri) {
     T* o = out + (pr.o.at(n, r0 + ri) - pr.o.base);

@@ -277,9 +277,9 @@ TEST_CASE("multi-head attention takes masks per sequence [B, T, S] and per key [
 }
 
 TEST_CASE("fused attention over several query blocks gives each row the bits of a run over its rows alone") {
-  // With more query rows than one block (128), the blocked kernels copy each entry's keys (and,
-  // in the backward, its values) into the GEMM's panels once, for every query block to read;
-  // with one block they multiply key block by key block. Row i's output and its query gradient
+  // With more query rows than one block (128), the blocked kernels copy each entry's keys and
+  // values into the GEMM's panels once (the forward's values block by block of keys), for every
+  // query block to read; with one block they multiply key block by key block. Row i's output and its query gradient
   // depend on its own query row, K, V and its own output gradient only, so a run over 300 rows
   // (three query blocks; two key blocks, 256 + 44) must give each row the bits of three runs of
   // 100 rows.
