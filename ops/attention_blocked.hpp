@@ -93,14 +93,32 @@ class packed_kv {
     if constexpr (std::is_same_v<T, float>) return stride_ ? panels_ + n * stride_ : nullptr;
     else return nullptr;
   }
-  /// Entry n's values [j0, j0 + w) in panels ([w, dv] as an op(B) of its own), or null unless that
-  /// is one whole packed block (j0 a multiple of key_block, w its length).
-  const T* values_of(std::int64_t n, std::int64_t j0, std::int64_t w) const {
+  /// acc[rows, dv] += s · V[j0, j0 + w) (s: rows × w, row stride lds) from entry n's packed block
+  /// that starts at j0 (a multiple of key_block; w at most its length: a causal span ends inside
+  /// it): true; false (the caller calls gemm, which gives the same bits) when V is not packed, j0
+  /// starts no block, or rows < 2 (gemm takes one row as a GEMV). A shorter span reads the first w
+  /// rows of each 32-column panel, one product per panel.
+  bool values_product(std::int64_t n, std::int64_t j0, std::int64_t w, std::int64_t rows, const T* s, std::int64_t lds,
+                      T* acc, std::int64_t dv) const {
     if constexpr (std::is_same_v<T, float>) {
-      if (!block_ || j0 % key_block != 0 || w != std::min(key_block, keys_ - j0)) return nullptr;
-      return values_ + (n * key_blocks_ + j0 / key_block) * block_;
+      if (!block_ || rows < 2 || w < 1 || j0 < 0 || j0 % key_block != 0 || j0 >= keys_) return false;
+      const std::int64_t k = std::min(key_block, keys_ - j0);  // the block's rows
+      if (w > k) return false;
+      const float* block = values_ + (n * key_blocks_ + j0 / key_block) * block_;
+      if (w == k) return sgemm_avx512_panels(rows, dv, w, 1.f, s, lds, block, dv, 0, 1.f, acc, dv);
+      // each panel on its own: the first w rows of the panel's [k, width] (a last panel of fewer
+      // than 16 columns is not taken, and the whole product then takes gemm's path)
+      // (asked before the first product: no panel may be added to acc unless every one is)
+      for (std::int64_t j = 0; j < dv; j += 32)
+        if (!sgemm_avx512_takes(false, false, rows, std::min<std::int64_t>(32, dv - j), w)) return false;
+      bool all = true;
+      for (std::int64_t j = 0; j < dv; j += 32) {
+        const std::int64_t cols = std::min<std::int64_t>(32, dv - j);
+        all = sgemm_avx512_panels(rows, cols, w, 1.f, s, lds, block + j * k, cols, 0, 1.f, acc + j, dv) && all;
+      }
+      return all;
     } else {
-      return nullptr;
+      return false;
     }
   }
 
@@ -110,18 +128,6 @@ class packed_kv {
   float* values_ = nullptr;
   std::int64_t stride_ = 0, block_ = 0, key_blocks_ = 0, keys_ = 0;
 };
-
-/// acc[rows, dv] += s · V's block from packed_kv::values_of (vb: [w, dv] in panels): true; false
-/// (the caller calls gemm, which computes the same bits) when vb is null or rows < 2 (gemm takes
-/// one row as a GEMV).
-template <class T>
-bool values_from_panels(const T* vb, std::int64_t rows, std::int64_t dv, std::int64_t w, const T* s, std::int64_t lds,
-                        T* acc) {
-  if constexpr (std::is_same_v<T, float>)
-    return vb && rows >= 2 && sgemm_avx512_panels(rows, dv, w, 1.f, s, lds, vb, dv, 0, 1.f, acc, dv);
-  else
-    return false;
-}
 
 // Rows [r0, r1) of entry n: the online softmax over key blocks, then o and the row lse. kv: the
 // entries' Kᵀ and V in panels (packed_kv), or null.
@@ -166,7 +172,7 @@ LOOM_VECTOR_CLONES void forward_rows(const problem<T>& pr, T* out, T* lse, std::
       m[ri] = m_new;
       if (pr.drop) pr.apply_dropout(n, r0 + ri, j0, w, row);  // the normaliser l keeps every key
     }
-    if (!values_from_panels(kv ? kv->values_of(n, j0, w) : nullptr, rows, dv, w, s, ws, acc))
+    if (!kv || !kv->values_product(n, j0, w, rows, s, ws, acc, dv))
       gemm<T>(false, false, rows, dv, w, T(1), s, ws, pr.v.at(n, j0), pr.v.ld, T(1), acc, dv, pr.bf16);
   }
   for (std::int64_t ri = 0; ri < rows; ++ri) {
