@@ -50,7 +50,8 @@ bool pack_rows_t(const operand<const T>& x, std::int64_t n, T* out) {
 }
 
 /// Kᵀ and V of every entry in panels, made once for all the query blocks of a forward (float
-/// only; empty otherwise, and when an entry has one query block: nothing would be copied twice).
+/// only; empty otherwise, and when an entry has one query block: nothing would be copied twice),
+/// one copy for the entries that read the same keys or values (grouped-query heads).
 /// V is packed per key block (rows [b · key_block, (b + 1) · key_block) as an op(B) of its own),
 /// since weights · V sums over a block's keys: the forward had copied each block of V into the
 /// GEMM's panels again for every query block (2.5% of MHA forward B1 T1024's samples, AMD EPYC
@@ -61,26 +62,32 @@ class packed_kv {
   packed_kv(const problem<T>& pr, bool worth) {
     if constexpr (std::is_same_v<T, float>) {
       if (!worth || pr.bf16 || !sgemm_avx512_takes(false, true, 2, pr.keys, pr.d)) return;
+      // entries that read the same keys (values) share one copy: grouped heads, broadcast K or V
+      const std::int64_t nk = slots(pr.k.off, key_slot_), nv = slots(pr.v.off, value_slot_);
       stride_ = sgemm_panels_size(pr.keys, pr.d);
       const bool values = sgemm_avx512_takes(false, false, 2, pr.dv, 1);
-      const std::int64_t key_blocks = (pr.keys + key_block - 1) / key_block;
+      key_blocks_ = (pr.keys + key_block - 1) / key_block;
+      keys_ = pr.keys;
       block_ = values ? sgemm_panels_size(pr.dv, key_block) : 0;  // a multiple of 32 floats
-      const std::int64_t per_entry = stride_ + key_blocks * block_;
       buf_ = take_packing_buffer<float>();
-      panels_ = line_aligned(buf_, pr.N * per_entry);
-      values_ = panels_ + pr.N * stride_;
-      for_chunks(pr.N, 1, [&](std::int64_t n0, std::int64_t n1) {
-        for (std::int64_t n = n0; n < n1; ++n) {
-          pack_rows_t(pr.k, n, panels_ + n * stride_);
-          for (std::int64_t b = 0; block_ && b < key_blocks; ++b) {
+      panels_ = line_aligned(buf_, nk * stride_ + nv * key_blocks_ * block_);
+      values_ = panels_ + nk * stride_;
+      // slot i packed from the first entry that reads it (entries in order: first[i] = that entry)
+      std::vector<std::int64_t> first_k(static_cast<std::size_t>(nk), -1), first_v(static_cast<std::size_t>(nv), -1);
+      for (std::int64_t n = pr.N - 1; n >= 0; --n) {
+        first_k[static_cast<std::size_t>(key_slot_[static_cast<std::size_t>(n)])] = n;
+        first_v[static_cast<std::size_t>(value_slot_[static_cast<std::size_t>(n)])] = n;
+      }
+      for_chunks(std::max(nk, nv), 1, [&](std::int64_t i0, std::int64_t i1) {
+        for (std::int64_t i = i0; i < i1; ++i) {
+          if (i < nk) pack_rows_t(pr.k, first_k[static_cast<std::size_t>(i)], panels_ + i * stride_);
+          for (std::int64_t b = 0; i < nv && block_ && b < key_blocks_; ++b) {
             const std::int64_t j0 = b * key_block;
-            sgemm_pack_panels(false, pr.dv, std::min(key_block, pr.keys - j0), pr.v.at(n, j0), pr.v.ld,
-                              values_ + (n * key_blocks + b) * block_);
+            sgemm_pack_panels(false, pr.dv, std::min(key_block, pr.keys - j0), pr.v.at(first_v[static_cast<std::size_t>(i)], j0),
+                              pr.v.ld, values_ + (i * key_blocks_ + b) * block_);
           }
         }
       });
-      key_blocks_ = key_blocks;
-      keys_ = pr.keys;
     }
   }
   ~packed_kv() {
@@ -90,7 +97,8 @@ class packed_kv {
   packed_kv& operator=(const packed_kv&) = delete;
   /// Entry n's Kᵀ in panels, or null.
   const T* keys_of(std::int64_t n) const {
-    if constexpr (std::is_same_v<T, float>) return stride_ ? panels_ + n * stride_ : nullptr;
+    if constexpr (std::is_same_v<T, float>)
+      return stride_ ? panels_ + key_slot_[static_cast<std::size_t>(n)] * stride_ : nullptr;
     else return nullptr;
   }
   /// acc[rows, dv] += s · V[j0, j0 + w) (s: rows × w, row stride lds) from entry n's packed block
@@ -104,7 +112,7 @@ class packed_kv {
       if (!block_ || rows < 2 || w < 1 || j0 < 0 || j0 % key_block != 0 || j0 >= keys_) return false;
       const std::int64_t k = std::min(key_block, keys_ - j0);  // the block's rows
       if (w > k) return false;
-      const float* block = values_ + (n * key_blocks_ + j0 / key_block) * block_;
+      const float* block = values_ + (value_slot_[static_cast<std::size_t>(n)] * key_blocks_ + j0 / key_block) * block_;
       if (w == k) return sgemm_avx512_panels(rows, dv, w, 1.f, s, lds, block, dv, 0, 1.f, acc, dv);
       // each panel on its own: the first w rows of the panel's [k, width] (a last panel of fewer
       // than 16 columns is not taken, and the whole product then takes gemm's path)
@@ -123,9 +131,21 @@ class packed_kv {
   }
 
  private:
+  // slot[n] for each entry: its offset's rank among the distinct offsets; returns their count
+  static std::int64_t slots(const std::vector<std::int64_t>& off, std::vector<std::int64_t>& slot) {
+    std::vector<std::int64_t> distinct(off);
+    std::sort(distinct.begin(), distinct.end());
+    distinct.erase(std::unique(distinct.begin(), distinct.end()), distinct.end());
+    slot.resize(off.size());
+    for (std::size_t n = 0; n < off.size(); ++n)
+      slot[n] = std::lower_bound(distinct.begin(), distinct.end(), off[n]) - distinct.begin();
+    return static_cast<std::int64_t>(distinct.size());
+  }
+
   std::vector<float> buf_;
-  float* panels_ = nullptr;  // in buf_, on a cache line: every entry's Kᵀ, then every entry's value blocks
+  float* panels_ = nullptr;  // in buf_, on a cache line: each key slot's Kᵀ, then each value slot's blocks
   float* values_ = nullptr;
+  std::vector<std::int64_t> key_slot_, value_slot_;
   std::int64_t stride_ = 0, block_ = 0, key_blocks_ = 0, keys_ = 0;
 };
 

@@ -341,19 +341,23 @@ TEMPLATE_TEST_CASE_SIG("float fused attention over several query blocks matches 
     return y;
   };
   param_store<float> none;
-  auto check = [&](const auto& g, const auto& bias) {
-    const auto want = reference(wide(qs), wide(ks), wide(vs), 1 / std::sqrt(static_cast<double>(Dh)), bias);
+  // g's float output on (qin, ks, vs) against the double reference
+  auto check = [&](const auto& g, const tensor<float>& qin, const auto& bias) {
+    const auto want = reference(wide(qin), wide(ks), wide(vs), 1 / std::sqrt(static_cast<double>(Dh)), bias);
     auto ex = g.template executor<float>(none, {.threads = 2});
-    ex.forward({{"q", qs}, {"k", ks}, {"v", vs}});
+    ex.forward({{"q", qin}, {"k", ks}, {"v", vs}});
     const auto out = ex.output();
     REQUIRE(out.dims == want.dims());
     double worst = 0;
     for (std::int64_t i = 0; i < want.size(); ++i) worst = std::max(worst, std::abs(out[i] - want.values()[static_cast<std::size_t>(i)]));
     CHECK(worst < 2e-5);
   };
-  SECTION("every key") { check(make_graph(nn::attention<{}>(q, k, v)), no_bias); }
-  SECTION("causal") {
-    check(make_graph(nn::attention<{.is_causal = true}>(q, k, v)),
-          [](std::int64_t, std::int64_t, std::int64_t i, std::int64_t j) { return j > i ? -inf : 0.0; });
+  SECTION("every key") { check(make_graph(nn::attention<{}>(q, k, v)), qs, no_bias); }
+  auto causal = [](std::int64_t, std::int64_t, std::int64_t i, std::int64_t j) { return j > i ? -inf : 0.0; };
+  SECTION("causal") { check(make_graph(nn::attention<{.is_causal = true}>(q, k, v)), qs, causal); }
+  SECTION("grouped heads, causal: query heads 0 and 1 read one copy of key/value head 0, 2 and 3 of head 1") {
+    auto q4 = input<"q", shape<dyn<"B">, fix<4>, dyn<"T">, fix<Dh>>>();
+    check(make_graph(nn::attention<{.is_causal = true, .enable_gqa = true}>(q4, k, v)),
+          test::random_tensor<float>({1, 4, T, Dh}, 54), causal);
   }
 }
