@@ -63,7 +63,8 @@ class packed_kv {
     if constexpr (std::is_same_v<T, float>) {
       if (!worth || pr.bf16 || !sgemm_avx512_takes(false, true, 2, pr.keys, pr.d)) return;
       // entries that read the same keys (values) share one copy: grouped heads, broadcast K or V
-      const std::int64_t nk = slots(pr.k.off, key_slot_), nv = slots(pr.v.off, value_slot_);
+      const std::vector<std::int64_t> k_offs = slots(pr.k.off, key_slot_), v_offs = slots(pr.v.off, value_slot_);
+      const auto nk = static_cast<std::int64_t>(k_offs.size()), nv = static_cast<std::int64_t>(v_offs.size());
       stride_ = sgemm_panels_size(pr.keys, pr.d);
       const bool values = sgemm_avx512_takes(false, false, 2, pr.dv, 1);
       key_blocks_ = (pr.keys + key_block - 1) / key_block;
@@ -72,18 +73,13 @@ class packed_kv {
       buf_ = take_packing_buffer<float>();
       panels_ = line_aligned(buf_, nk * stride_ + nv * key_blocks_ * block_);
       values_ = panels_ + nk * stride_;
-      // slot i packed from the first entry that reads it (entries in order: first[i] = that entry)
-      std::vector<std::int64_t> first_k(static_cast<std::size_t>(nk), -1), first_v(static_cast<std::size_t>(nv), -1);
-      for (std::int64_t n = pr.N - 1; n >= 0; --n) {
-        first_k[static_cast<std::size_t>(key_slot_[static_cast<std::size_t>(n)])] = n;
-        first_v[static_cast<std::size_t>(value_slot_[static_cast<std::size_t>(n)])] = n;
-      }
       for_chunks(std::max(nk, nv), 1, [&](std::int64_t i0, std::int64_t i1) {
         for (std::int64_t i = i0; i < i1; ++i) {
-          if (i < nk) pack_rows_t(pr.k, first_k[static_cast<std::size_t>(i)], panels_ + i * stride_);
+          const auto at = static_cast<std::size_t>(i);
+          if (i < nk) sgemm_pack_panels(true, pr.keys, pr.d, pr.k.base + k_offs[at], pr.k.ld, panels_ + i * stride_);
           for (std::int64_t b = 0; i < nv && block_ && b < key_blocks_; ++b) {
             const std::int64_t j0 = b * key_block;
-            sgemm_pack_panels(false, pr.dv, std::min(key_block, pr.keys - j0), pr.v.at(first_v[static_cast<std::size_t>(i)], j0),
+            sgemm_pack_panels(false, pr.dv, std::min(key_block, pr.keys - j0), pr.v.base + v_offs[at] + j0 * pr.v.ld,
                               pr.v.ld, values_ + (i * key_blocks_ + b) * block_);
           }
         }
@@ -131,15 +127,15 @@ class packed_kv {
   }
 
  private:
-  // slot[n] for each entry: its offset's rank among the distinct offsets; returns their count
-  static std::int64_t slots(const std::vector<std::int64_t>& off, std::vector<std::int64_t>& slot) {
+  // The distinct offsets in off, in order; slot[n] = the index of off[n] among them.
+  static std::vector<std::int64_t> slots(const std::vector<std::int64_t>& off, std::vector<std::int64_t>& slot) {
     std::vector<std::int64_t> distinct(off);
     std::sort(distinct.begin(), distinct.end());
     distinct.erase(std::unique(distinct.begin(), distinct.end()), distinct.end());
     slot.resize(off.size());
     for (std::size_t n = 0; n < off.size(); ++n)
       slot[n] = std::lower_bound(distinct.begin(), distinct.end(), off[n]) - distinct.begin();
-    return static_cast<std::int64_t>(distinct.size());
+    return distinct;
   }
 
   std::vector<float> buf_;
