@@ -164,6 +164,7 @@ ops::op_args<T> executor<T>::impl::args(int i) const {
   a.din_fresh = std::span(sched.edge_fresh).subspan(first, count);
   a.dout = grad[i];
   a.training = opts.training;
+  a.will_backward = !opts.inference && !leaf[static_cast<std::size_t>(i)] && needs_grad[static_cast<std::size_t>(i)];
   a.bf16 = std::is_same_v<T, float> && opts.precision == compute_precision::bf16 && !float_product[static_cast<std::size_t>(i)];
   a.int8 = int8_of.empty() ? nullptr : int8_of[static_cast<std::size_t>(i)];
   if (!a.int8 && static_cast<std::size_t>(i) < kept.size()) a.kept = kept[static_cast<std::size_t>(i)].get();

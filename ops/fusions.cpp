@@ -11,6 +11,7 @@ namespace loom {
 namespace ops {
 fusion_match attention_fusion_rule();  // attention_fusion.cpp
 fusion_match linear_fusion_rule();     // linear_fusion.cpp
+fusion_match cross_entropy_fusion_rule();  // cross_entropy_fusion.cpp
 }  // namespace ops
 
 namespace {
@@ -36,6 +37,7 @@ rule_registry& registry() {
   static const bool library_rules = [] {
     insert(r, {.name = "attention", .match = ops::attention_fusion_rule(), .priority = 100});
     insert(r, {.name = "linear", .match = ops::linear_fusion_rule(), .priority = 200});
+    insert(r, {.name = "linear_cross_entropy", .match = ops::cross_entropy_fusion_rule(), .priority = 300});
     return true;
   }();
   (void)library_rules;

@@ -411,6 +411,14 @@ const std::map<std::string_view, std::function<case_result()>>& cases() {
          return run_case(make_graph(cross_entropy<-100, 0.1>(x, t)), entry_of<cross_entropy_def>,
                          {{"x", rnd({3, 5}, 22)}, {"t", tokens({3}, {4, -100, 0})}});
        }},
+      {"linear_cross_entropy",  // fused by the plan rewrite from cross_entropy(add(matmul(x, wᵀ), b), t);
+                                // without a bias and in several row chunks: tests/test_fused_cross_entropy.cpp
+       [] {
+         auto x = input<"x", shape<fix<2>, fix<3>, fix<4>>>();
+         auto t = input<"t", shape<fix<2>, fix<3>>, int>();
+         return run_case(make_graph(cross_entropy<-100, 0.1>(nn::linear<"l", 5>(x), t)), op_named("linear_cross_entropy"),
+                         {{"x", rnd({2, 3, 4}, 34)}, {"t", tokens({2, 3}, {4, -100, 0, 1, 2, 3})}});
+       }},
   };
   return table;
 }

@@ -77,6 +77,11 @@ struct op_args {
   // executor does not zero that buffer first. Other kernels always see 0 here.
   std::span<const std::uint8_t> din_fresh;
   bool training = true;
+  /// Whether this node's backward will run after this forward: false in an inference executor
+  /// and for a node no gradient reaches. A forward may skip what only its backward reads when
+  /// it is false. (In forward, din is set as in backward: a kernel may test which inputs will
+  /// get a gradient — non-null — but must not write there.)
+  bool will_backward = true;
   /// GEMM-like products (matmul, the fused linear, fused attention) in bf16 with float accumulation
   /// (exec_options::precision); always false in double.
   bool bf16 = false;

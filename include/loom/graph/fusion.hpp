@@ -2,7 +2,8 @@
 // rewrite. The user writes primitives; a rule finds its pattern in the plan and replaces it by a
 // node of a fused op (an op declared with op_traits::fused, whose kernels read the rule's
 // parameters from op_args::fused). The library's own rules (the blocked attention, linear with
-// its bias, activation or residual in the GEMM's epilogue) are registered through this same
+// its bias, activation or residual in the GEMM's epilogue, a head's product with its
+// cross-entropy loss in row chunks) are registered through this same
 // interface; a project adds its own with add_fusion_rule. The unfused plan stays the reference:
 // exec_options::fuse = false (or LOOM_FUSE=0) runs the graph as written.
 #pragma once
@@ -37,8 +38,8 @@ using fusion_match = std::optional<fusion> (*)(const plan_view& plan, int root, 
 
 /// A named rule. Rules are tried on each node from the outputs down, in ascending priority
 /// (then name); the first that matches wins, and a node absorbed by one pattern is never part
-/// of another. The library's rules have priorities 100 (attention) and 200 (linear): a rule
-/// with a lower priority is tried before them.
+/// of another. The library's rules have priorities 100 (attention), 200 (linear) and 300
+/// (linear_cross_entropy: a head and its loss): a rule with a lower priority is tried before them.
 struct fusion_rule {
   std::string_view name;  // must outlive the program's executors (a literal)
   fusion_match match = nullptr;
