@@ -150,12 +150,12 @@ inline auto logits() {
   auto x = loom::input<"x", loom::shape<loom::dyn<"N">, loom::fix<2>>>();
   auto hidden = loom::gelu(loom::nn::linear<"hidden", 32>(x));  // fused: one linear_gelu node
   auto gain = loom::param<"norm.weight", loom::shape<loom::fix<32>>, loom::init<loom::init_kind::ones>>();
-  return loom::nn::linear<"out", classes>(rms_norm(hidden, gain));  // fused: one linear node
+  return loom::nn::linear<"out", classes>(rms_norm(hidden, gain));  // fused with the loss below
 }
 
 inline auto loss() {
   auto label = loom::input<"label", loom::shape<loom::dyn<"N">>, int>();
-  return loom::cross_entropy(logits(), label);
+  return loom::cross_entropy(logits(), label);  // with the out layer: one linear_cross_entropy node
 }
 
 // n points uniform in [−1.5, 1.5]², labelled 0 (radius < 0.6), 1 (< 1.1) or 2.
@@ -245,7 +245,7 @@ int main(int argc, char** argv) {
   //    (scratch_elements) is one of its buffers.
   std::printf("%s\n", g.memory_plan<float>({{"N", 64}}).str(8).c_str());
 
-  // 4. The graph as it runs: the linear layers fused around the user's op.
+  // 4. The graph as it runs: the linear layers (the second with the loss) fused around the user's op.
   std::printf("nodes as run:");
   for (const loom::node_desc* node : run.plan().order)
     if (node->op->role == loom::node_role::op) std::printf(" %s", std::string(node->op->name).c_str());

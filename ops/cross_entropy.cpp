@@ -16,6 +16,7 @@
 #include "fused_cross_entropy.hpp"
 #include "gemm_chunks.hpp"
 #include "index_text.hpp"
+#include "int8_gemm.hpp"
 #include "loom/core/compiled_kernels.hpp"
 #include "loom/core/kernel.hpp"
 #include "loom/ops/cross_entropy.hpp"
@@ -184,6 +185,15 @@ template <class T>
 void chunk_logits(const op_args<T>& a, const T* x, const T* w, const T* b, std::int64_t r0, std::int64_t rows,
                   std::int64_t v, std::int64_t k, T* z, const sgemm_packed_b* wp) {
   if (rows == 0 || v == 0) return;
+  if constexpr (std::is_same_v<T, float>)
+    if (a.int8) {  // an inference executor's int8 weights (exec_options::weights), as the unfused product reads them
+      int8_gemm(rows, x + r0 * k, k, *a.int8, z, v);
+      if (b)
+        for_chunks(rows, grain_for(v), [&](std::int64_t i0, std::int64_t i1) {
+          for (std::int64_t i = i0; i < i1; ++i) add_row(z + i * v, b, v);
+        });
+      return;
+    }
   if (k == 0) std::fill(z, z + rows * v, T(0));
   else gemm_chunks::batched_gemm<T>(false, true, 1, rows, v, k, x + r0 * k, k, 0, w, k, 0, z, 0, T(0), a.bf16, wp);
   if (b)

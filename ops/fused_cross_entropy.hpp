@@ -18,7 +18,8 @@
 // backward would make four.
 // Memory: one saved buffer of N·K + V·K + V + min(N, R)·V elements (the gradients, then one
 // chunk's logits) instead of the unfused plan's [N, V] logits and their [N, V] gradient.
-// The weight is never read as int8 (exec_options::weights): a loss is for training, in float.
+// With int8 weights (exec_options::weights, an inference executor: forward only) the logits
+// are the int8 product's, as the unfused matmul's.
 #pragma once
 
 #include <cstdint>
@@ -58,11 +59,15 @@ struct linear_cross_entropy_kernels {
   static void backward(const op_args<T>& a);
 };
 
+/// Its weight, input 1, is read transposed (x · Wᵀ): op_traits::reads_int8_weight.
+constexpr bool linear_cross_entropy_reads_int8(const node_desc&) { return true; }
+
 struct linear_cross_entropy_op : op_def<linear_cross_entropy_op, "linear_cross_entropy">, linear_cross_entropy_kernels {
   static constexpr op_traits traits{.writes_fresh = true,
                                     .backward_reads = 0,  // the saved gradients only
                                     .saved_elements = &linear_cross_entropy_saved,
-                                    .fused = true};
+                                    .fused = true,
+                                    .reads_int8_weight = &linear_cross_entropy_reads_int8};
 };
 
 }  // namespace loom::ops

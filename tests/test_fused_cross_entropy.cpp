@@ -178,6 +178,23 @@ TEST_CASE("in float, a head in several chunks gives the same bits for 1, 2 and 4
   CHECK(diff <= 1e-5 * scale);
 }
 
+TEST_CASE("with bf16 products, the fused head gives the unfused loss and gradients to bf16's rounding") {
+  forced_rows force(96);
+  const auto unfused = float_run({.fuse = false, .precision = compute_precision::bf16});
+  const auto fused = float_run({.fuse = true, .precision = compute_precision::bf16});
+  const auto f32 = float_run({.fuse = false});
+  REQUIRE(fused.size() == unfused.size());
+  CHECK(std::abs(fused[0] - unfused[0]) <= 1e-5f * unfused[0]);  // the loss
+  double diff = 0, from_f32 = 0, scale = 0;                       // the gradients
+  for (std::size_t i = 1; i < unfused.size(); ++i) {
+    diff = std::max(diff, std::abs(double(fused[i]) - unfused[i]));
+    from_f32 = std::max(from_f32, std::abs(double(unfused[i]) - f32[i]));
+    scale = std::max(scale, std::abs(double(unfused[i])));
+  }
+  CHECK(diff <= 1e-4 * scale);    // the same bf16 products, summed in another order
+  CHECK(from_f32 > 1e-3 * scale);  // and they are bf16's: not float32's values
+}
+
 TEST_CASE("the fused head keeps no [N, V] logits: a smaller plan when they are large") {
   // 2048 rows of 2048 classes: 4 M logits, two chunks of 1024 rows
   constexpr long Kb = 64, Vb = 2048;
@@ -266,6 +283,27 @@ TEST_CASE("an inference executor's fused head gives the training executor's loss
   CHECK(train.output()[0] == infer.output()[0]);
   CHECK(std::abs(infer.output()[0] - unfused.output()[0]) <= 1e-6f * std::abs(unfused.output()[0]));
   CHECK(infer.output()[0] > 0.5f);
+}
+
+TEST_CASE("with int8 weights, an inference executor's fused head reads them as the unfused product does") {
+  forced_rows force(96);
+  auto g = make_graph(cross_entropy(nn::linear<"head", V2>(X2{}), Target{}));
+  auto p = g.make_params<float>(12);
+  auto x = test::random_tensor<float>({4, 100, K2}, 13, -2, 2);
+  tensor<std::int32_t> t(dims_t{4, 100});
+  for (std::int64_t i = 0; i < t.size(); ++i) t[i] = static_cast<std::int32_t>((i * 31) % V2);
+  float loss[3];
+  int i = 0;
+  for (auto [fuse, weights] : {std::pair{true, weight_precision::int8}, std::pair{false, weight_precision::int8},
+                               std::pair{true, weight_precision::f32}}) {
+    auto ex = g.executor<float>(p, {.inference = true, .fuse = fuse, .weights = weights});
+    CHECK(ops_of(ex.plan()).count("linear_cross_entropy") == (fuse ? 1u : 0u));
+    ex.forward({{"x", x}, {"t", t}});
+    loss[i++] = ex.output()[0];
+  }
+  CHECK(loss[0] == loss[1]);  // the int8 product's logits, row by row alike
+  CHECK(loss[0] != loss[2]);  // and not the float ones
+  CHECK(std::abs(loss[0] - loss[2]) < 1e-2f * loss[2]);
 }
 
 TEST_CASE("linear_cross_entropy_force_rows refuses a negative count") {
