@@ -152,6 +152,37 @@ std::vector<float> float_run(exec_options o, std::uint64_t seed = 5) {
 }
 }  // namespace
 
+TEST_CASE("a chunk over more than 2048 classes, its products split by classes, equals the primitives, and gives "
+          "the same float bits for 1, 2 and 4 threads") {
+  constexpr long Vw = 2500, Kw = 8;  // two blocks of classes: 2048 and 452
+  using Xw = input_node<"x", shape<dyn<"B">, dyn<"T">, fix<Kw>>>;
+  forced_rows force(16);  // 40 rows: chunks of 16, 16 and 8
+  auto g = make_graph(cross_entropy<-100, 0.05>(nn::linear<"head", Vw>(Xw{}), Target{}));
+  tensor<std::int32_t> t(dims_t{2, 20});
+  for (std::int64_t i = 0; i < t.size(); ++i) t[i] = i % 9 == 4 ? -100 : static_cast<std::int32_t>((i * 613) % Vw);
+  {
+    auto p = g.make_params<double>(14);
+    test::randomize(p, 15);
+    const std::vector<feed> fs{{"x", test::random_tensor<double>({2, 20, Kw}, 16)}, {"t", t}};
+    const executor<double> probe(g.plan(), p, {.fuse = true});
+    REQUIRE(ops_of(probe.plan()).count("linear_cross_entropy") == 1);
+    const auto unfused = run(g, p, fs, {.fuse = false});
+    const auto fused = run(g, p, fs, {.fuse = true});
+    CHECK(max_rel(fused.loss, unfused.loss) <= 1e-12);
+    CHECK(max_rel(fused.grads, unfused.grads) <= 1e-12);
+  }
+  auto p = g.make_params<float>(14);
+  const std::vector<feed> fs{{"x", test::random_tensor<float>({2, 20, Kw}, 16)}, {"t", t}};
+  std::vector<std::vector<float>> results;
+  for (int threads : {1, 2, 4}) {
+    const auto r = run(g, p, fs, {.threads = threads, .fuse = true});
+    results.push_back(r.loss);
+    results.back().insert(results.back().end(), r.grads.begin(), r.grads.end());
+  }
+  CHECK(test::same_bits(results[0], results[1]));
+  CHECK(test::same_bits(results[0], results[2]));
+}
+
 TEST_CASE("in float, a head whose logits fit in one chunk gives the unfused bits") {
   const auto unfused = float_run({.fuse = false});
   const auto fused = float_run({.fuse = true});
