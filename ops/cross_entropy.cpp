@@ -189,7 +189,8 @@ bool kernel_takes(const op_args<T>& a, bool ta, bool tb, std::int64_t m, std::in
 }
 
 // The saved buffer's parts: the gradients for dloss = 1 (dx [n, k], dw [v, k], db [v]), one
-// chunk's logits, then dx's partial products for one chunk (class_blocks(v) of [rows, k]).
+// chunk's logits, then dx's partial products for one chunk (class_blocks(v) of [rows, k], when
+// there are two or more).
 template <class T>
 struct saved_parts {
   T *dx, *dw, *db, *z, *partial;
@@ -303,7 +304,8 @@ std::int64_t linear_cross_entropy_saved(const void* params, const dims_t&, std::
   const auto& p = *static_cast<const linear_cross_entropy_params*>(params);
   const head h = head_of(p, in);
   const std::int64_t rows = std::min(h.n, linear_cross_entropy_chunk_rows(p, h.v));
-  return h.n * h.k + h.v * h.k + h.v + rows * h.v + class_blocks(h.v) * rows * h.k;
+  const std::int64_t blocks = class_blocks(h.v);  // dx's partial products: only with two or more
+  return h.n * h.k + h.v * h.k + h.v + rows * h.v + (blocks > 1 ? blocks : 0) * rows * h.k;
 }
 
 template <class T>

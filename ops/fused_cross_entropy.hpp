@@ -18,8 +18,8 @@
 // backward would make four.
 // A chunk of one row item (gemm_chunks::row_grain) over more than 2048 classes splits its two
 // BLAS products by classes so that every thread takes part (ops/cross_entropy.cpp).
-// Memory: one saved buffer of N·K + V·K + V + R'·V + ⌈V / 2048⌉·R'·K elements, R' = min(N, R)
-// (the gradients, one chunk's logits, dx's partial products) instead of the unfused plan's
+// Memory: one saved buffer of N·K + V·K + V + R'·V (+ ⌈V / 2048⌉·R'·K past 2048 classes)
+// elements, R' = min(N, R) (the gradients, one chunk's logits, dx's partial products) instead of the unfused plan's
 // [N, V] logits and their [N, V] gradient.
 // With int8 weights (exec_options::weights, an inference executor: forward only) the logits
 // are the int8 product's, as the unfused matmul's.
