@@ -63,7 +63,8 @@ buffer_plan plan_buffers(const planner_input& input) {
 
   // ---- saved: what a node's forward writes for its own backward, alive from one to the other
   for (int i = 0; i < n; ++i) {
-    if (in.leaf[i] || !plan.order[i]->op->saved_elements) continue;
+    const op_entry& op = *plan.order[i]->op;
+    if (in.leaf[i] || !op.saved_elements || (op.saved_only_for_backward && !runs_backward(i))) continue;
     bp.saved_buf[i] = new_buffer(i, false);
     bp.buffers[static_cast<std::size_t>(bp.saved_buf[i])].saved = true;
     touch(bp.saved_buf[i], fstep(i), i, -1);

@@ -193,7 +193,8 @@ bool kernel_takes(const op_args<T>& a, bool ta, bool tb, std::int64_t m, std::in
 // there are two or more).
 template <class T>
 struct saved_parts {
-  T *dx, *dw, *db, *z, *partial;
+  T *dx = nullptr, *dw = nullptr, *db = nullptr, *z = nullptr, *partial = nullptr;
+  saved_parts() = default;  // no saved buffer
   saved_parts(T* s, const head& h, std::int64_t chunk)
       : dx(s), dw(dx + h.n * h.k), db(dw + h.v * h.k), z(db + h.v), partial(z + std::min(h.n, chunk) * h.v) {}
 };
@@ -319,11 +320,12 @@ void linear_cross_entropy_kernels::forward(const op_args<T>& a) {
   const std::int64_t count = counted_rows(target, a.in_dims[static_cast<std::size_t>(ti)], v, ignore);
   const T *x = a.input(0), *w = a.input(1), *b = p.bias ? a.input(2) : nullptr;
   const std::int64_t chunk = linear_cross_entropy_chunk_rows(p, v);
-  std::vector<T> own;  // without a saved buffer
-  T* saved = a.saved ? a.saved
-                     : (own.resize(static_cast<std::size_t>(linear_cross_entropy_saved(&p, a.out_dims, a.in_dims))),
-                        own.data());
-  const saved_parts<T> s(saved, h, chunk);
+  // the saved buffer's parts, or without one (no backward: op_traits::saved_only_for_backward)
+  // one chunk's logits of this call's own
+  std::vector<T> own;
+  if (!a.saved) own.resize(static_cast<std::size_t>(std::min(n, chunk) * v));
+  const saved_parts<T> s = a.saved ? saved_parts<T>(a.saved, h, chunk) : saved_parts<T>();
+  T* const z_chunk = a.saved ? s.z : own.data();
   // the gradients backward will scale (by dloss), for the inputs that get one
   const bool grads = a.will_backward && a.saved;
   T* dx = grads && a.grad(0) ? s.dx : nullptr;
@@ -345,7 +347,7 @@ void linear_cross_entropy_kernels::forward(const op_args<T>& a) {
   for (std::int64_t r0 = 0; r0 < n; r0 += chunk) {
     const std::int64_t rows = std::min(chunk, n - r0);
     const bool first = r0 == 0;
-    T* z = s.z;
+    T* z = z_chunk;
     chunk_logits(a, x, w, b, r0, rows, v, k, z, wp);
     const bool any_grad = dx || dw || db;
     for_chunks(rows, grain_for(4 * v), [&](std::int64_t i0, std::int64_t i1) {

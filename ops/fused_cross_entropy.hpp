@@ -12,6 +12,9 @@
 //            then db (+)= Σ_rows g, dx_c = g w, dw (+)= gᵀ x_c (the chunks summed in order: no
 //            dependence on the thread count)
 //   backward: dx, dw, db (+)= dloss · the saved ones (no product at all)
+//   Without a backward (an inference executor) the node has no saved buffer
+//   (op_traits::saved_only_for_backward): forward computes the loss alone, in one chunk's logits
+//   of its own.
 // The products are the unfused backward's, on a chunk's rows: with every row in one chunk (the
 // logits fit in 2^21 elements) and dloss = 1, the unfused bits. Forward does backward's work, so
 // the step makes three products over the head, as unfused, where recomputing the logits in
@@ -69,6 +72,7 @@ struct linear_cross_entropy_op : op_def<linear_cross_entropy_op, "linear_cross_e
   static constexpr op_traits traits{.writes_fresh = true,
                                     .backward_reads = 0,  // the saved gradients only
                                     .saved_elements = &linear_cross_entropy_saved,
+                                    .saved_only_for_backward = true,
                                     .fused = true,
                                     .reads_int8_weight = &linear_cross_entropy_reads_int8};
 };

@@ -312,6 +312,15 @@ TEST_CASE("an inference executor's fused head gives the training executor's loss
   infer.forward({{"x", x}, {"t", t}});
   unfused.forward({{"x", x}, {"t", t}});
   CHECK(train.output()[0] == infer.output()[0]);
+  // no saved buffer without a backward (its gradients): the inference plan has none for the node
+  const auto plan = infer.memory_plan({{"B", 2}, {"T", 5}});
+  INFO(plan.str(8));
+  for (const auto& e : plan.buffers) CHECK(e.what.find("saved for backward") == std::string::npos);
+  bool train_saves = false;
+  for (const auto& e : train.memory_plan({{"B", 2}, {"T", 5}}).buffers)
+    train_saves = train_saves || (e.what.find("linear_cross_entropy") != std::string::npos &&
+                                  e.what.find("saved for backward") != std::string::npos);
+  CHECK(train_saves);
   CHECK(std::abs(infer.output()[0] - unfused.output()[0]) <= 1e-6f * std::abs(unfused.output()[0]));
   CHECK(infer.output()[0] > 0.5f);
 }

@@ -116,6 +116,10 @@ struct op_traits {
   /// fused attention's row log-sum-exp), given the node's fused parameters (op_args::fused),
   /// its output dims and its inputs' dims; null: none. Kernels see it as op_args::saved.
   std::int64_t (*saved_elements)(const void* fused, const dims_t& out, std::span<const dims_t> in) = nullptr;
+  /// The saved buffer is for backward only: forward runs with op_args::saved null when the
+  /// node's backward will not run (op_args::will_backward false: an inference executor), and the
+  /// planner then gives it none (the fused head and loss, whose buffer holds its gradients).
+  bool saved_only_for_backward = false;
   /// Elements of a workspace the node's backward needs (alive during that backward only), from
   /// the same facts; null: none. Kernels see it as op_args::scratch.
   std::int64_t (*scratch_elements)(const void* fused, const dims_t& out, std::span<const dims_t> in) = nullptr;
