@@ -199,22 +199,27 @@ struct saved_parts {
       : dx(s), dw(dx + h.n * h.k), db(dw + h.v * h.k), z(db + h.v), partial(z + std::min(h.n, chunk) * h.v) {}
 };
 
+// z [rows, v] = x_c · Wᵀ from an inference executor's int8 weights (exec_options::weights), as
+// the unfused product reads them; false, having done nothing, without them.
+template <class T>
+bool int8_product(const op_args<T>& a, const T* xc, std::int64_t rows, std::int64_t k, std::int64_t v, T* z) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (!a.int8) return false;
+    int8_gemm(rows, xc, k, *a.int8, z, v);
+    return true;
+  } else {
+    return false;
+  }
+}
+
 // Rows [r0, r0 + rows) of the logits x wᵀ (+ b) into z (rows × v). `wp`: w packed once for
 // every chunk (float, loom's kernel), else null.
 template <class T>
 void chunk_logits(const op_args<T>& a, const T* x, const T* w, const T* b, std::int64_t r0, std::int64_t rows,
                   std::int64_t v, std::int64_t k, T* z, const sgemm_packed_b* wp) {
   if (rows == 0 || v == 0) return;
-  if constexpr (std::is_same_v<T, float>)
-    if (a.int8) {  // an inference executor's int8 weights (exec_options::weights), as the unfused product reads them
-      int8_gemm(rows, x + r0 * k, k, *a.int8, z, v);
-      if (b)
-        for_chunks(rows, grain_for(v), [&](std::int64_t i0, std::int64_t i1) {
-          for (std::int64_t i = i0; i < i1; ++i) add_row(z + i * v, b, v);
-        });
-      return;
-    }
-  if (k == 0) {
+  if (int8_product(a, x + r0 * k, rows, k, v, z)) {  // the int8 weights' product, as unfused
+  } else if (k == 0) {
     std::fill(z, z + rows * v, T(0));
   } else if (rows <= gemm_chunks::row_grain(v, k) && v > class_block && !kernel_takes(a, false, true, rows, v, k)) {
     for_chunks(class_blocks(v), 1, [&](std::int64_t b0, std::int64_t b1) {

@@ -17,6 +17,8 @@
 #include "../ops/fused_cross_entropy.hpp"  // linear_cross_entropy_force_rows
 
 using namespace loom;
+using test::max_rel;
+using test::ops_of;
 
 namespace {
 
@@ -30,11 +32,6 @@ struct forced_rows {
   ~forced_rows() { ops::linear_cross_entropy_force_rows(0); }
 };
 
-std::multiset<std::string_view> ops_of(const plan_view& plan) {
-  std::multiset<std::string_view> ops;
-  for (int i = 0; i < plan.size(); ++i) ops.insert(plan.order[i]->op->name);
-  return ops;
-}
 
 // Targets for [b, t] rows in [0, V), every third one `ignore` when given.
 tensor<std::int32_t> targets(std::int64_t b, std::int64_t t, std::uint64_t seed, std::int32_t ignore = 0,
@@ -65,15 +62,6 @@ run_result<T> run(const G& g, param_store<T>& p, std::span<const feed> feeds, ex
   return r;
 }
 
-double max_rel(const std::vector<double>& a, const std::vector<double>& b) {
-  REQUIRE(a.size() == b.size());
-  double diff = 0, scale = 0;
-  for (std::size_t i = 0; i < a.size(); ++i) {
-    diff = std::max(diff, std::abs(a[i] - b[i]));
-    scale = std::max(scale, std::abs(b[i]));
-  }
-  return scale > 0 ? diff / scale : diff;
-}
 
 // The fused plan has one linear_cross_entropy node and neither the product nor the loss; it
 // equals the unfused one in double and passes gradcheck.

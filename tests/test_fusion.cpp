@@ -19,6 +19,8 @@
 #include "../ops/fused_attention.hpp"  // attention_force_small_lanes
 
 using namespace loom;
+using test::max_rel;
+using test::ops_of;
 
 namespace {
 
@@ -28,12 +30,6 @@ using Mem = input_node<"mem", shape<dyn<"B">, dyn<"S">, fix<D>>>;
 using Len = input_node<"len", shape<dyn<"B">>, int>;
 using Allowed = input_node<"allowed", shape<dyn<"B">, fix<1>, dyn<"T">, dyn<"T">>, bool>;
 
-// The op of every node of the plan (count(name): how many nodes run it).
-std::multiset<std::string_view> ops_of(const plan_view& plan) {
-  std::multiset<std::string_view> ops;
-  for (int i = 0; i < plan.size(); ++i) ops.insert(plan.order[i]->op->name);
-  return ops;
-}
 
 // Output and every gradient (parameters, real inputs) of one forward + backward, in double.
 struct run_result {
@@ -59,15 +55,6 @@ run_result run(const G& g, param_store<double>& p, std::span<const feed> feeds, 
   return r;
 }
 
-double max_rel(const std::vector<double>& a, const std::vector<double>& b) {
-  REQUIRE(a.size() == b.size());
-  double diff = 0, scale = 0;
-  for (std::size_t i = 0; i < a.size(); ++i) {
-    diff = std::max(diff, std::abs(a[i] - b[i]));
-    scale = std::max(scale, std::abs(b[i]));
-  }
-  return scale > 0 ? diff / scale : diff;
-}
 
 // Fused and unfused runs of g agree; the fused plan has an attention node and no softmax.
 template <class G>

@@ -1,8 +1,14 @@
 // Helpers shared by the tests.
 #pragma once
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <initializer_list>
+#include <set>
+#include <stdexcept>
+#include <string_view>
+#include <vector>
 
 #include "loom/loom.hpp"
 
@@ -88,6 +94,25 @@ inline std::vector<double> naive_matmul(const double* a, const double* b, int m,
     for (int j = 0; j < n; ++j)
       for (int l = 0; l < k; ++l) c[static_cast<std::size_t>(i * n + j)] += a[i * k + l] * b[l * n + j];
   return c;
+}
+
+/// The largest |a[i] − b[i]| over the largest |b[i]| (the difference itself when b is all
+/// zeros). Throws std::invalid_argument when the lengths differ.
+inline double max_rel(const std::vector<double>& a, const std::vector<double>& b) {
+  if (a.size() != b.size()) throw std::invalid_argument("max_rel: vectors of different lengths");
+  double diff = 0, scale = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    diff = std::max(diff, std::abs(a[i] - b[i]));
+    scale = std::max(scale, std::abs(b[i]));
+  }
+  return scale > 0 ? diff / scale : diff;
+}
+
+/// The op of every node of a plan (count(name): how many nodes run it).
+inline std::multiset<std::string_view> ops_of(const loom::plan_view& plan) {
+  std::multiset<std::string_view> ops;
+  for (int i = 0; i < plan.size(); ++i) ops.insert(plan.order[i]->op->name);
+  return ops;
 }
 
 }  // namespace test
