@@ -138,7 +138,7 @@ class packed_kv {
     return distinct;
   }
 
-  std::vector<float> buf_;
+  packing_buffer<float> buf_;
   float* panels_ = nullptr;  // in buf_, on a cache line: each key slot's Kᵀ, then each value slot's blocks
   float* values_ = nullptr;
   std::vector<std::int64_t> key_slot_, value_slot_;

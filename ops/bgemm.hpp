@@ -118,7 +118,7 @@ class bgemm_packed {
   std::int64_t count_, k_;
   const float* x_;
   std::int64_t ld_;
-  std::vector<std::uint32_t> storage_;  // empty unless the kernel takes the products
+  packing_buffer<std::uint32_t> storage_;  // empty unless the kernel takes the products
   const std::uint32_t* words_ = nullptr;
 };
 

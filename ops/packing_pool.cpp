@@ -10,15 +10,15 @@ namespace {
 template <class W>
 class buffer_pool {
  public:
-  std::vector<W> take() {
+  packing_buffer<W> take() {
     std::lock_guard lock(mutex_);
     if (kept_.empty()) return {};
-    std::vector<W> b = std::move(kept_.back());
+    packing_buffer<W> b = std::move(kept_.back());
     kept_.pop_back();
     bytes_ -= b.capacity() * sizeof(W);
     return b;
   }
-  void give(std::vector<W>&& b) {
+  void give(packing_buffer<W>&& b) {
     const std::size_t bytes = b.capacity() * sizeof(W);
     std::lock_guard lock(mutex_);
     if (bytes == 0 || kept_.size() >= max_kept || bytes_ + bytes > max_kept_bytes) return;  // b frees its words
@@ -30,7 +30,7 @@ class buffer_pool {
   static constexpr std::size_t max_kept = 16;
   static constexpr std::size_t max_kept_bytes = std::size_t{64} << 20;
   std::mutex mutex_;
-  std::vector<std::vector<W>> kept_;
+  std::vector<packing_buffer<W>> kept_;
   std::size_t bytes_ = 0;
 };
 
@@ -43,18 +43,18 @@ buffer_pool<W>& pool() {
 }  // namespace
 
 template <class W>
-std::vector<W> take_packing_buffer() {
+packing_buffer<W> take_packing_buffer() {
   return pool<W>().take();
 }
 
 template <class W>
-void give_packing_buffer(std::vector<W>&& b) {
+void give_packing_buffer(packing_buffer<W>&& b) {
   pool<W>().give(std::move(b));
 }
 
-template std::vector<std::uint32_t> take_packing_buffer<std::uint32_t>();
-template std::vector<float> take_packing_buffer<float>();
-template void give_packing_buffer<std::uint32_t>(std::vector<std::uint32_t>&&);
-template void give_packing_buffer<float>(std::vector<float>&&);
+template packing_buffer<std::uint32_t> take_packing_buffer<std::uint32_t>();
+template packing_buffer<float> take_packing_buffer<float>();
+template void give_packing_buffer<std::uint32_t>(packing_buffer<std::uint32_t>&&);
+template void give_packing_buffer<float>(packing_buffer<float>&&);
 
 }  // namespace loom::ops

@@ -7,6 +7,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "packing_pool.hpp"  // packing_buffer
+
 namespace loom::ops {
 
 /// Whether sgemm_avx512 computes products of this shape on this CPU (with AVX-512 or AVX2 + FMA).
@@ -110,7 +112,7 @@ class sgemm_packed_b {
   std::int64_t n_, k_;
   const float* b_;
   std::int64_t ldb_;
-  std::vector<float> storage_;
+  packing_buffer<float> storage_;
   const float* panels_ = nullptr;
 };
 
