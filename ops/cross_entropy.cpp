@@ -171,32 +171,13 @@ head head_of(const linear_cross_entropy_params& p, std::span<const dims_t> in) {
   return {in[static_cast<std::size_t>(t)].size(), in[1][0], in[1][1], t};
 }
 
-// A chunk's product over many classes that one BLAS call would make on one thread (its rows are
-// one row item: gemm_chunks::row_grain) is split instead: the logits x_c wᵀ in blocks of
-// `class_block` columns, each element computed whole in its block; dx_c = g w over blocks of
-// `class_block` classes, partial products added in block order. Shape-only splits: the same bits
-// for any thread count. (At V = 32000 and 2 threads the chunks' products ran on one thread:
-// 1.5× the unfused time.)
-constexpr std::int64_t class_block = 2048;
-
-std::int64_t class_blocks(std::int64_t v) { return (v + class_block - 1) / class_block; }
-
-// Whether loom's own GEMM takes a float product (and splits it over the threads itself).
-template <class T>
-bool kernel_takes(const op_args<T>& a, bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k) {
-  if constexpr (std::is_same_v<T, float>) return !a.bf16 && sgemm_avx512_takes(ta, tb, m, n, k);
-  else return false;
-}
-
-// The saved buffer's parts: the gradients for dloss = 1 (dx [n, k], dw [v, k], db [v]), one
-// chunk's logits, then dx's partial products for one chunk (class_blocks(v) of [rows, k], when
-// there are two or more).
+// The saved buffer's parts: the gradients for dloss = 1 (dx [n, k], dw [v, k], db [v]), then one
+// chunk's logits.
 template <class T>
 struct saved_parts {
-  T *dx = nullptr, *dw = nullptr, *db = nullptr, *z = nullptr, *partial = nullptr;
+  T *dx = nullptr, *dw = nullptr, *db = nullptr, *z = nullptr;
   saved_parts() = default;  // no saved buffer
-  saved_parts(T* s, const head& h, std::int64_t chunk)
-      : dx(s), dw(dx + h.n * h.k), db(dw + h.v * h.k), z(db + h.v), partial(z + std::min(h.n, chunk) * h.v) {}
+  saved_parts(T* s, const head& h) : dx(s), dw(dx + h.n * h.k), db(dw + h.v * h.k), z(db + h.v) {}
 };
 
 // z [rows, v] = x_c · Wᵀ from an inference executor's int8 weights (exec_options::weights), as
@@ -221,14 +202,7 @@ void chunk_logits(const op_args<T>& a, const T* x, const T* w, const T* b, std::
   if (int8_product(a, x + r0 * k, rows, k, v, z)) {  // the int8 weights' product, as unfused
   } else if (k == 0) {
     std::fill(z, z + rows * v, T(0));
-  } else if (rows <= gemm_chunks::row_grain(v, k) && v > class_block && !kernel_takes(a, false, true, rows, v, k)) {
-    for_chunks(class_blocks(v), 1, [&](std::int64_t b0, std::int64_t b1) {
-      for (std::int64_t cb = b0; cb < b1; ++cb) {
-        const std::int64_t j0 = cb * class_block, cols = std::min(class_block, v - j0);
-        gemm<T>(false, true, rows, cols, k, T(1), x + r0 * k, k, w + j0 * k, k, T(0), z + j0, v, a.bf16);
-      }
-    });
-  } else {
+  } else {  // a chunk of one row item over many classes: in column blocks (gemm_chunks::blas_block)
     gemm_chunks::batched_gemm<T>(false, true, 1, rows, v, k, x + r0 * k, k, 0, w, k, 0, z, 0, T(0), a.bf16, wp);
   }
   if (b)
@@ -265,32 +239,6 @@ void scale_gradient(T* dst, const T* src, T s, std::int64_t count, bool fresh) {
   });
 }
 
-// dx_c [rows, k] = g [rows, v] · w [v, k]: the unfused backward's product, or (one row item of
-// many classes) partial products over blocks of classes, in parallel, added in block order.
-template <class T>
-void chunk_dx(const op_args<T>& a, const T* g, const T* w, std::int64_t rows, std::int64_t v, std::int64_t k, T* dx,
-              T* partial) {
-  const std::int64_t blocks = class_blocks(v);
-  if (rows > gemm_chunks::row_grain(k, v) || blocks == 1 || kernel_takes(a, false, false, rows, k, v)) {
-    gemm_chunks::batched_gemm<T>(false, false, 1, rows, k, v, g, v, 0, w, k, 0, dx, 0, T(0), a.bf16);
-    return;
-  }
-  const std::int64_t size = rows * k;
-  for_chunks(blocks, 1, [&](std::int64_t b0, std::int64_t b1) {
-    for (std::int64_t cb = b0; cb < b1; ++cb) {
-      const std::int64_t c0 = cb * class_block, len = std::min(class_block, v - c0);
-      gemm<T>(false, false, rows, k, len, T(1), g + c0, v, w + c0 * k, k, T(0), partial + cb * size, k, a.bf16);
-    }
-  });
-  for_chunks(size, 1 << 13, [&](std::int64_t i0, std::int64_t i1) {
-    for (std::int64_t i = i0; i < i1; ++i) {
-      T sum = partial[i];
-      for (std::int64_t cb = 1; cb < blocks; ++cb) sum += partial[cb * size + i];
-      dx[i] = sum;
-    }
-  });
-}
-
 }  // namespace
 
 std::int64_t linear_cross_entropy_chunk_rows(const linear_cross_entropy_params& p, std::int64_t v) {
@@ -310,8 +258,7 @@ std::int64_t linear_cross_entropy_saved(const void* params, const dims_t&, std::
   const auto& p = *static_cast<const linear_cross_entropy_params*>(params);
   const head h = head_of(p, in);
   const std::int64_t rows = std::min(h.n, linear_cross_entropy_chunk_rows(p, h.v));
-  const std::int64_t blocks = class_blocks(h.v);  // dx's partial products: only with two or more
-  return h.n * h.k + h.v * h.k + h.v + rows * h.v + (blocks > 1 ? blocks : 0) * rows * h.k;
+  return h.n * h.k + h.v * h.k + h.v + rows * h.v;
 }
 
 template <class T>
@@ -329,7 +276,7 @@ void linear_cross_entropy_kernels::forward(const op_args<T>& a) {
   // one chunk's logits of this call's own
   std::vector<T> own;
   if (!a.saved) own.resize(static_cast<std::size_t>(std::min(n, chunk) * v));
-  const saved_parts<T> s = a.saved ? saved_parts<T>(a.saved, h, chunk) : saved_parts<T>();
+  const saved_parts<T> s = a.saved ? saved_parts<T>(a.saved, h) : saved_parts<T>();
   T* const z_chunk = a.saved ? s.z : own.data();
   // the gradients backward will scale (by dloss), for the inputs that get one
   const bool grads = a.will_backward && a.saved;
@@ -370,7 +317,8 @@ void linear_cross_entropy_kernels::forward(const op_args<T>& a) {
     });
     // the unfused head's backward on this chunk's rows (for dloss = 1): db, dx = g w, dw (+)= gᵀ x
     if (db) sum_over_rows(z, v, rows, v, db, first);
-    if (dx && k > 0) chunk_dx(a, z, w, rows, v, k, dx + r0 * k, s.partial);
+    if (dx && k > 0)  // dx_c = g · w (one row item over many classes: a split sum, gemm_chunks::split_sum)
+      gemm_chunks::batched_gemm<T>(false, false, 1, rows, k, v, z, v, 0, w, k, 0, dx + r0 * k, 0, T(0), a.bf16);
     if (dw && k > 0)
       gemm_chunks::summed_gemm<T>(true, false, 1, v, k, rows, z, v, 0, x + r0 * k, k, 0, dw, first ? T(0) : T(1), a.bf16);
   }
@@ -383,7 +331,7 @@ template <class T>
 void linear_cross_entropy_kernels::backward(const op_args<T>& a) {
   const auto& p = *static_cast<const linear_cross_entropy_params*>(a.fused);
   const head h = head_of(p, a.in_dims);
-  const saved_parts<const T> s(a.saved, h, linear_cross_entropy_chunk_rows(p, h.v));
+  const saved_parts<const T> s(a.saved, h);
   const T dloss = a.dout[0];
   scale_gradient(a.grad(0), s.dx, dloss, h.n * h.k, a.fresh(0));
   scale_gradient(a.grad(1), s.dw, dloss, h.v * h.k, a.fresh(1));

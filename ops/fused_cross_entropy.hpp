@@ -19,11 +19,11 @@
 // logits fit in 2^21 elements) and dloss = 1, the unfused bits. Forward does backward's work, so
 // the step makes three products over the head, as unfused, where recomputing the logits in
 // backward would make four.
-// A chunk of one row item (gemm_chunks::row_grain) over more than 2048 classes splits its two
-// BLAS products by classes so that every thread takes part (ops/cross_entropy.cpp).
-// Memory: one saved buffer of N·K + V·K + V + R'·V (+ ⌈V / 2048⌉·R'·K past 2048 classes)
-// elements, R' = min(N, R) (the gradients, one chunk's logits, dx's partial products) instead of the unfused plan's
-// [N, V] logits and their [N, V] gradient.
+// A chunk's products are gemm_chunks::batched_gemm's: a chunk of one row item over many classes
+// is split there by classes so that every thread takes part.
+// Memory: one saved buffer of N·K + V·K + V + R'·V elements, R' = min(N, R) (the gradients, one
+// chunk's logits) instead of the unfused plan's [N, V] logits and their [N, V] gradient; dx's
+// split sum takes a scratch buffer of the packing pool (at most 16 · R'·K floats).
 // With int8 weights (exec_options::weights, an inference executor: forward only) the logits
 // are the int8 product's, as the unfused matmul's.
 #pragma once
@@ -55,7 +55,7 @@ void linear_cross_entropy_force_rows(std::int64_t rows);
 std::int64_t linear_cross_entropy_forced_rows();
 
 /// The fused node's saved buffer, in elements: dx, dw and db for dloss = 1, then one chunk's
-/// logits and dx's partial products (forward's workspace).
+/// logits (forward's workspace).
 std::int64_t linear_cross_entropy_saved(const void* params, const dims_t& out, std::span<const dims_t> in);
 
 struct linear_cross_entropy_kernels {

@@ -7,6 +7,7 @@
 #include <memory>
 #include <optional>
 #include <type_traits>
+#include <vector>
 
 #include "bgemm.hpp"
 #include "blas.hpp"
@@ -91,6 +92,41 @@ std::int64_t column_block(bool tx, bool ty, std::int64_t rows, std::int64_t n, s
   return ((n + blocks - 1) / blocks + 31) / 32 * 32;
 }
 
+// Products of one row item that loom's kernel does not take go to the BLAS, one call on one
+// thread unless split here (shape-only splits, so the same bits for any thread count):
+// - over columns, in blocks of blas_block (blas_column_block): each element is one BLAS
+//   element whichever block holds it, and op(X) is packed once per 2048 columns (a language
+//   model's logits on a few hundred rows: [256, 256] · [256, 32000]);
+// - over a long sum, when the columns make one block (split_sum): blocks of at least blas_block
+//   of k, at most max_sum_blocks of them, partial products in parallel, added in block order
+//   (the gradient of those rows: [256, 32000] · [32000, 256]). Changes the bits from one call's.
+// Only products of at least 2^22 multiply-adds: below that one thread's call is short anyway.
+// At V = 32000 and 2 threads a head's 256-row products made in one call each ran 1.5× slower
+// than when split (bench_lm_head, AMD EPYC family 25 model 1, Zen 3).
+constexpr std::int64_t blas_block = 2048;
+constexpr std::int64_t max_sum_blocks = 16;
+constexpr double blas_split_macs = 1 << 22;
+
+// Whether a product of one row item goes to the BLAS (not loom's kernel) and is worth splitting.
+template <class T>
+bool blas_splits(bool tx, bool ty, std::int64_t rows, std::int64_t n, std::int64_t k) {
+  if (std::is_same_v<T, float> && sgemm_avx512_takes(tx, ty, rows, n, k)) return false;
+  return static_cast<double>(rows) * static_cast<double>(n) * static_cast<double>(k) >= blas_split_macs;
+}
+
+// Columns per block of such a product: blas_block when there are more, else n.
+template <class T>
+std::int64_t blas_column_block(bool tx, bool ty, std::int64_t rows, std::int64_t n, std::int64_t k) {
+  return n > blas_block && blas_splits<T>(tx, ty, rows, n, k) ? blas_block : n;
+}
+
+// Length of each block of the sum in split_sum (k itself: no split).
+template <class T>
+std::int64_t blas_sum_block(bool tx, bool ty, std::int64_t rows, std::int64_t n, std::int64_t k) {
+  if (n > blas_block || k <= blas_block || !blas_splits<T>(tx, ty, rows, n, k)) return k;
+  return std::max(blas_block, (k + max_sum_blocks - 1) / max_sum_blocks);
+}
+
 // op(X) · op(Y) for the columns [j0, j0 + w) of C: op(Y)'s columns start at y + j0 (Y is
 // [k, n]) or at row j0 of Y (transposed: Y is [n, k]).
 template <class P>
@@ -123,7 +159,8 @@ template <class T>
 void in_column_blocks(bool tx, bool ty, std::int64_t batch, std::int64_t rows, std::int64_t n, std::int64_t k,
                       const T* x, std::int64_t ldx, std::int64_t sx, const T* y, std::int64_t ldy, std::int64_t sy,
                       T* c, T beta, bool bf16 = false, const sgemm_packed_b* kept = nullptr) {
-  const std::int64_t cols = column_block<T>(tx, ty, rows, n, k, batch);
+  std::int64_t cols = column_block<T>(tx, ty, rows, n, k, batch);
+  if (cols == n) cols = blas_column_block<T>(tx, ty, rows, n, k);
   if constexpr (std::is_same_v<T, float>)
     if (bf16 && batch == 1 && cols < n && k >= 1) {  // op(X) rounded and packed once for every block
       const bgemm_packed_a xp(tx, rows, k, x, ldx);
@@ -148,6 +185,33 @@ void in_column_blocks(bool tx, bool ty, std::int64_t batch, std::int64_t rows, s
                 b == 0 ? beta : T(1), c + j0, n, bf16);
     }
   });
+}
+
+// C (rows × n) = beta · C + op(X) · op(Y) with the sum over k in blocks of `len`: the blocks'
+// products in parallel into a scratch buffer (the packing pool's, in float), then added in block
+// order, element by element.
+template <class T>
+void split_sum(bool tx, bool ty, std::int64_t rows, std::int64_t n, std::int64_t k, std::int64_t len, const T* x,
+               std::int64_t ldx, const T* y, std::int64_t ldy, T* c, T beta, bool bf16) {
+  const std::int64_t blocks = (k + len - 1) / len, size = rows * n;
+  std::conditional_t<std::is_same_v<T, float>, packing_buffer<float>, std::vector<T>> buffer;
+  if constexpr (std::is_same_v<T, float>) buffer = take_packing_buffer<float>();
+  T* const partial = line_aligned(buffer, blocks * size);
+  for_chunks(blocks, 1, [&](std::int64_t b0, std::int64_t b1) {
+    for (std::int64_t b = b0; b < b1; ++b) {
+      const std::int64_t k0 = b * len;
+      gemm<T>(tx, ty, rows, n, std::min(len, k - k0), T(1), tx ? x + k0 * ldx : x + k0, ldx,
+              ty ? y + k0 : y + k0 * ldy, ldy, T(0), partial + b * size, n, bf16);
+    }
+  });
+  for_chunks(size, 1 << 13, [&](std::int64_t i0, std::int64_t i1) {
+    for (std::int64_t i = i0; i < i1; ++i) {
+      T sum = partial[i];
+      for (std::int64_t b = 1; b < blocks; ++b) sum += partial[b * size + i];
+      c[i] = beta == T(0) ? sum : beta * c[i] + sum;
+    }
+  });
+  if constexpr (std::is_same_v<T, float>) give_packing_buffer(std::move(buffer));
 }
 
 // C (rows x n, in batches) = op(X) · op(Y) (+ C when accumulate), parallel over
@@ -181,7 +245,11 @@ void batched_gemm(bool tx, bool ty, std::int64_t batch, std::int64_t rows, std::
       }
     }
   }
-  if (batch * chunks == 1) return in_column_blocks(tx, ty, 1, rows, n, k, x, ldx, sx, y, ldy, sy, c, beta, bf16, kept);
+  if (batch * chunks == 1) {
+    if (const std::int64_t len = blas_sum_block<T>(tx, ty, rows, n, k); len < k && !kept)
+      return split_sum(tx, ty, rows, n, k, len, x, ldx, y, ldy, c, beta, bf16);
+    return in_column_blocks(tx, ty, 1, rows, n, k, x, ldx, sx, y, ldy, sy, c, beta, bf16, kept);
+  }
   for_chunks(batch * chunks, 1, [&](std::int64_t b0, std::int64_t b1) {
     for (std::int64_t item = b0; item < b1; ++item) {
       std::int64_t b = item / chunks, r0 = (item % chunks) * grain, r1 = std::min(rows, r0 + grain);

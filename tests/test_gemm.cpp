@@ -14,7 +14,10 @@
 #include <string>
 #include <vector>
 
+#include <oneapi/tbb/task_arena.h>
+
 #include "../ops/blas.hpp"
+#include "../ops/gemm_chunks.hpp"
 #include "../ops/packing_pool.hpp"
 #include "../ops/sgemm_avx512.hpp"
 
@@ -478,5 +481,88 @@ TEST_CASE("line_aligned gives a run of n words on a 64-byte boundary inside a bu
     run = loom::ops::line_aligned(buffer, n / 2);  // a shorter run: the buffer keeps its size
     CHECK(buffer.size() == size);
     CHECK(reinterpret_cast<std::uintptr_t>(run) % 64 == 0);
+  }
+}
+
+TEST_CASE("a packing buffer of 2 MiB or more starts on a 2 MiB boundary (transparent huge pages)") {
+  loom::ops::packing_buffer<float> buffer;
+  const float* run = loom::ops::line_aligned(buffer, i64{1} << 20);  // 4 MiB
+  CHECK(reinterpret_cast<std::uintptr_t>(buffer.data()) % (std::uintptr_t{1} << 21) == 0);
+  CHECK(run == buffer.data());
+}
+
+namespace {
+
+// batched_gemm of one product on `threads` threads; C starts at c0.
+template <class T>
+std::vector<T> chunked_product(int threads, bool tx, bool ty, i64 rows, i64 n, i64 k, const std::vector<T>& x,
+                               const std::vector<T>& y, const std::vector<T>& c0, T beta) {
+  std::vector<T> c = c0;
+  tbb::task_arena arena(threads);
+  arena.execute([&] {
+    ops::gemm_chunks::batched_gemm<T>(tx, ty, 1, rows, n, k, x.data(), tx ? rows : k, 0, y.data(), ty ? k : n, 0,
+                                      c.data(), 0, beta);
+  });
+  return c;
+}
+
+// Largest error of c = beta · c0 + op(X) · op(Y) against the sums in double, relative to Σ|x·y| + |beta · c0|.
+template <class T>
+double chunked_error(bool tx, bool ty, i64 rows, i64 n, i64 k, const std::vector<T>& x, const std::vector<T>& y,
+                     const std::vector<T>& c0, T beta, const std::vector<T>& c) {
+  double worst = 0;
+  for (i64 i = 0; i < rows; ++i)
+    for (i64 j = 0; j < n; ++j) {
+      double sum = 0, mag = 0;
+      for (i64 q = 0; q < k; ++q) {
+        const double p = double(tx ? x[q * rows + i] : x[i * k + q]) * double(ty ? y[j * k + q] : y[q * n + j]);
+        sum += p;
+        mag += std::fabs(p);
+      }
+      const double old = double(beta) * double(c0[i * n + j]);
+      const double error = std::fabs(double(c[i * n + j]) - (sum + old)) / (mag + std::fabs(old) + 1e-30);
+      if (!std::isfinite(error)) return 1.0;
+      worst = std::max(worst, error);
+    }
+  return worst;
+}
+
+}  // namespace
+
+TEST_CASE("one-row-item BLAS products split by columns or by their sum: right, same bits on 1, 2, 4 threads") {
+  namespace gc = loom::ops::gemm_chunks;
+  struct shape {
+    bool tx, ty;
+    i64 rows, n, k;
+    float beta;
+  };
+  // a language model's logits on a few rows (columns split), their gradients (the sum split),
+  // a weight gradient's transposed form and an accumulating product
+  for (const shape s : {shape{false, true, 64, 5000, 256, 0.f}, shape{false, false, 64, 256, 5000, 0.f},
+                        shape{true, false, 48, 200, 4500, 0.f}, shape{false, false, 64, 256, 5000, 1.f},
+                        shape{false, true, 40, 300, 9000, 0.5f}}) {
+    INFO("tx " << s.tx << " ty " << s.ty << " rows " << s.rows << " n " << s.n << " k " << s.k << " beta " << s.beta);
+    // the split paths are what this case is about: one row item, a product the BLAS makes, split
+    REQUIRE(s.rows <= gc::row_grain(s.n, s.k));
+    REQUIRE(!ops::sgemm_avx512_takes(s.tx, s.ty, s.rows, s.n, s.k));
+    if (s.n > gc::blas_block) REQUIRE(gc::blas_column_block<float>(s.tx, s.ty, s.rows, s.n, s.k) == gc::blas_block);
+    else REQUIRE(gc::blas_sum_block<float>(s.tx, s.ty, s.rows, s.n, s.k) < s.k);
+    std::mt19937 rng(static_cast<unsigned>(s.rows * 7 + s.n * 3 + s.k));
+    std::uniform_real_distribution<float> u(-1.f, 1.f);
+    std::vector<float> x(static_cast<std::size_t>(s.rows * s.k)), y(static_cast<std::size_t>(s.n * s.k)),
+        c0(static_cast<std::size_t>(s.rows * s.n));
+    for (auto& e : x) e = u(rng);
+    for (auto& e : y) e = u(rng);
+    for (auto& e : c0) e = u(rng);
+    const std::vector<float> one = chunked_product(1, s.tx, s.ty, s.rows, s.n, s.k, x, y, c0, s.beta);
+    CHECK(chunked_error(s.tx, s.ty, s.rows, s.n, s.k, x, y, c0, s.beta, one) < 1e-5);
+    for (const int threads : {2, 4}) {
+      INFO(threads << " threads");
+      CHECK(chunked_product(threads, s.tx, s.ty, s.rows, s.n, s.k, x, y, c0, s.beta) == one);
+    }
+    // in double, to its own rounding
+    const std::vector<double> xd(x.begin(), x.end()), yd(y.begin(), y.end()), cd(c0.begin(), c0.end());
+    const std::vector<double> d = chunked_product(2, s.tx, s.ty, s.rows, s.n, s.k, xd, yd, cd, double(s.beta));
+    CHECK(chunked_error(s.tx, s.ty, s.rows, s.n, s.k, xd, yd, cd, double(s.beta), d) < 1e-13);
   }
 }
