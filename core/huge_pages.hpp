@@ -23,10 +23,15 @@ struct huge_page_allocator {
   huge_page_allocator() = default;
   template <class U>
   huge_page_allocator(const huge_page_allocator<U>&) noexcept {}  // NOLINT: rebinding
+  /// Bytes a block of n elements takes: n · sizeof(T), or whole huge pages from 2 MiB on (what a
+  /// pool of such blocks should count against its bound). n must not exceed what allocate takes.
+  static constexpr std::size_t bytes_held(std::size_t n) {
+    return n < huge / sizeof(T) ? n * sizeof(T) : (n * sizeof(T) + huge - 1) / huge * huge;
+  }
   T* allocate(std::size_t n) {
     if (n < huge / sizeof(T)) return aligned_allocator<T>().allocate(n);
     if (n > (static_cast<std::size_t>(-1) - huge) / sizeof(T)) throw std::bad_array_new_length();
-    const std::size_t rounded = (n * sizeof(T) + huge - 1) / huge * huge;
+    const std::size_t rounded = bytes_held(n);
     void* p = ::operator new(rounded, std::align_val_t(huge));
 #ifdef MADV_HUGEPAGE
     madvise(p, rounded, MADV_HUGEPAGE);

@@ -199,12 +199,10 @@ template <class T>
 void chunk_logits(const op_args<T>& a, const T* x, const T* w, const T* b, std::int64_t r0, std::int64_t rows,
                   std::int64_t v, std::int64_t k, T* z, const sgemm_packed_b* wp) {
   if (rows == 0 || v == 0) return;
-  if (int8_product(a, x + r0 * k, rows, k, v, z)) {  // the int8 weights' product, as unfused
-  } else if (k == 0) {
+  if (k == 0)
     std::fill(z, z + rows * v, T(0));
-  } else {  // a chunk of one row item over many classes: in column blocks (gemm_chunks::blas_block)
+  else if (!int8_product(a, x + r0 * k, rows, k, v, z))  // else the int8 weights' product, as unfused
     gemm_chunks::batched_gemm<T>(false, true, 1, rows, v, k, x + r0 * k, k, 0, w, k, 0, z, 0, T(0), a.bf16, wp);
-  }
   if (b)
     for_chunks(rows, grain_for(v), [&](std::int64_t i0, std::int64_t i1) {
       for (std::int64_t i = i0; i < i1; ++i) add_row(z + i * v, b, v);

@@ -11,6 +11,7 @@
 
 #include "bgemm.hpp"
 #include "blas.hpp"
+#include "packing_pool.hpp"  // split_sum's scratch
 #include "loom/core/kernel.hpp"
 #include "loom/core/parallel.hpp"
 #include "sgemm_avx512.hpp"

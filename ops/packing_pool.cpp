@@ -15,11 +15,11 @@ class buffer_pool {
     if (kept_.empty()) return {};
     packing_buffer<W> b = std::move(kept_.back());
     kept_.pop_back();
-    bytes_ -= b.capacity() * sizeof(W);
+    bytes_ -= huge_page_allocator<W>::bytes_held(b.capacity());
     return b;
   }
   void give(packing_buffer<W>&& b) {
-    const std::size_t bytes = b.capacity() * sizeof(W);
+    const std::size_t bytes = huge_page_allocator<W>::bytes_held(b.capacity());  // whole huge pages from 2 MiB
     std::lock_guard lock(mutex_);
     if (bytes == 0 || kept_.size() >= max_kept || bytes_ + bytes > max_kept_bytes) return;  // b frees its words
     bytes_ += bytes;

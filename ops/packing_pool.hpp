@@ -24,7 +24,8 @@ template <class W>
 packing_buffer<W> take_packing_buffer();
 
 /// Hands b back for a later take_packing_buffer<W>: kept while the pool of W holds fewer than
-/// 16 buffers and 64 MiB, freed otherwise. Thread-safe.
+/// 16 buffers and 64 MiB (a buffer in huge pages counted by its whole pages), freed otherwise.
+/// Thread-safe.
 template <class W>
 void give_packing_buffer(packing_buffer<W>&& b);
 

@@ -489,6 +489,11 @@ TEST_CASE("a packing buffer of 2 MiB or more starts on a 2 MiB boundary (transpa
   const float* run = loom::ops::line_aligned(buffer, i64{1} << 20);  // 4 MiB
   CHECK(reinterpret_cast<std::uintptr_t>(buffer.data()) % (std::uintptr_t{1} << 21) == 0);
   CHECK(run == buffer.data());
+  // what the packing pool counts against its bound: whole 2 MiB pages from 2 MiB on
+  using alloc = loom::huge_page_allocator<float>;
+  CHECK(alloc::bytes_held(100) == 400);
+  CHECK(alloc::bytes_held(std::size_t{1} << 19) == std::size_t{2} << 20);
+  CHECK(alloc::bytes_held((std::size_t{1} << 19) + 1) == std::size_t{4} << 20);
 }
 
 namespace {
