@@ -43,7 +43,11 @@
 // 7 (--quick, a smoke run: 3) repetitions of k calls each, k chosen from the median warm-up call
 // so that a repetition lasts about 0.2 s (--quick: 0.03 s). Wall time (std::chrono::steady_clock).
 //
-//   bench_vs_torch [--case NAME] [--threads N] [--json] [--quick] [--list] [--tiling]
+//   bench_vs_torch [--case NAME] [--threads N] [--json] [--quick] [--memory-plan] [--profile] [--list]
+//                  [--tiling]
+//
+// --profile: after a training case, ten more steps (after three of warm-up) on an executor with
+// exec_options::profile, and their kernel time by op on stderr (profile_report::table).
 //
 // Without --case, runs every case and prints a table; with --json, prints one JSON line per case.
 #include <oneapi/tbb/global_control.h>
@@ -88,6 +92,7 @@ struct settings {
   int threads = 1;
   bool quick = false;
   bool memory_plan = false;  // print the training steps' memory plans (stderr)
+  bool profile = false;      // print where the training steps' time goes, by op (stderr)
   int warmup_calls() const { return quick ? 1 : 3; }
   double warmup_seconds() const { return quick ? 0.05 : 0.3; }
   int repetitions() const { return quick ? 3 : 7; }
@@ -358,6 +363,18 @@ json_line train_step(const settings& s, std::int64_t b, std::int64_t len,
   j.num("params", static_cast<double>(params.numel()));
   j.num("arena_mib", static_cast<double>(run.arena_bytes()) / (1 << 20));  // the executor's value and gradient buffers
   j.num("planned_mib", static_cast<double>(planned.peak_bytes) / (1 << 20));  // what the plan said before running
+  if (s.profile) {  // the same steps on an executor that times its kernels (exec_options::profile)
+    auto timed = g.template executor<float>(params, {.threads = s.threads, .precision = precision, .profile = true});
+    auto one_step = [&] {
+      timed.forward({{"src", src}, {"src_len", src_len}, {"tgt", tgt}, {"target", target}});
+      timed.backward();
+      opt.step();
+    };
+    for (int i = 0; i < 3; ++i) one_step();  // warm-up: the arena, the worker threads
+    timed.reset_profile();
+    for (int i = 0; i < 10; ++i) one_step();
+    std::fprintf(stderr, "%s", timed.profile().table(16).c_str());
+  }
   return j;
 }
 
@@ -653,7 +670,7 @@ std::vector<bench_case> cases() {
 }
 
 int usage(const char* argv0) {
-  std::fprintf(stderr, "usage: %s [--case NAME] [--threads N] [--json] [--quick] [--memory-plan] [--list] [--tiling]\n", argv0);
+  std::fprintf(stderr, "usage: %s [--case NAME] [--threads N] [--json] [--quick] [--memory-plan] [--profile] [--list] [--tiling]\n", argv0);
   return 2;
 }
 
@@ -674,6 +691,8 @@ int main(int argc, char** argv) {
       s.quick = true;
     else if (!std::strcmp(argv[i], "--memory-plan"))
       s.memory_plan = true;
+    else if (!std::strcmp(argv[i], "--profile"))
+      s.profile = true;
     else if (!std::strcmp(argv[i], "--tiling")) {  // loom's float GEMM tile on this CPU (sgemm_avx512.hpp)
       const auto t = ops::sgemm_avx512_tiling();
       std::printf("%s, tiles of %d rows x 32 columns (%s; AVX-512 timed now: %d rows)\n", t.isa, t.rows, t.how,

@@ -1,8 +1,9 @@
 // An op declared outside loom: RMSNorm, in this program's own namespace. The program checks its
 // gradients in double, trains a small classifier that uses it between two linear layers, prints
-// the memory plan and writes the graph as Graphviz DOT. docs/extending.md explains each part.
+// the memory plan and writes the graph as Graphviz DOT; with --profile, where the training steps'
+// time went, by op (the user's op among loom's). docs/extending.md explains each part.
 //
-//   custom_op [--steps N] [--dot graph.dot]
+//   custom_op [--steps N] [--dot graph.dot] [--profile]
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -179,9 +180,11 @@ points make_points(std::int64_t n, loom::rng& random) {
 int main(int argc, char** argv) {
   long steps = 300;
   std::string dot_path;
+  bool profile = false;
   cli::command_line app("A user-defined op (RMSNorm): gradcheck, training, memory plan, DOT.", "custom_op");
   app.whole("--steps", steps, 1, 100000, "training steps (batches of 64 points)");
   app.text("--dot", dot_path, "also write the training graph, as it runs (fused), as Graphviz DOT to this file");
+  app.flag("--profile", profile, "time every node's kernels while training and print their time by op");
   app.parse(argc, argv);
   std::ofstream dot_file;
   if (!dot_path.empty()) {  // opened first: an unwritable path fails before any work
@@ -211,7 +214,7 @@ int main(int argc, char** argv) {
 
   // 2. Training: Adam on batches of 64 fresh points.
   auto params = g.make_params<float>(1);
-  auto run = g.executor<float>(params);
+  auto run = g.executor<float>(params, {.profile = profile});
   loom::adam<float> opt(params, {.lr = 1e-2});
   double first = 0, window = 0;
   std::printf("training %ld steps (mean loss over each 50 steps)\n", steps);
@@ -221,6 +224,7 @@ int main(int argc, char** argv) {
     run.backward();  // writes every parameter's gradient into params
     opt.step();
     const double loss = run.output(0)[0];
+    if (profile && step == 10 && steps > 10) run.reset_profile();  // the first steps start threads and libraries
     if (step == 1) first = loss;
     window += loss;
     if (step % 50 == 0 || step == steps) {
@@ -228,6 +232,9 @@ int main(int argc, char** argv) {
       window = 0;
     }
   }
+  if (profile)  // before the held-out forward below: the training steps only
+    std::printf("\nthe training steps' kernel time by op (exec_options::profile, after %ld warm-up steps):\n%s\n",
+                steps > 10 ? 10L : 0L, run.profile().table().c_str());
   const auto held_out = example::make_points(1000, random);
   run.forward({{"x", held_out.x}, {"label", held_out.label}});
   const auto scores = run.output(1);  // [1000, 3]

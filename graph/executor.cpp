@@ -5,6 +5,7 @@
 #include "loom/graph/executor.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <string_view>
@@ -48,6 +49,9 @@ void executor<T>::impl::adopt_plan() {
   loom::detail::check_op_ids();  // two ops of one name would share node hashes and random streams
   rewritten = detail::rewrite(original, keep_original, opts.fuse && !opts.keep_all);
   plan = rewritten->view;
+  clocks.clear();  // a new plan: the profile's sums start again
+  forward_wall = backward_wall = 0;
+  forward_passes = backward_passes = 0;
   n = plan.size();
   param_version = 0;  // the parameters' nodes are found again in the new plan
   int8_layout = 0;  // and the int8 weights quantized for its nodes
@@ -125,8 +129,22 @@ void executor<T>::impl::forward() {
   forwarded = backwarded = false;
   forward_failed = true;
   copy_strided_feeds();
-  auto compute = [this](int i) { kernels[i].forward(args(i)); };
-  detail::run_dag(*arena, sched.forward, compute);
+  if (opts.profile) {  // the same pass, each kernel timed (profile.cpp)
+    start_clocks();
+    const auto t0 = std::chrono::steady_clock::now();
+    auto timed = [this](int i) {
+      const auto s = std::chrono::steady_clock::now();
+      kernels[i].forward(args(i));
+      clocks[i].forward += std::chrono::duration<double>(std::chrono::steady_clock::now() - s).count();
+      ++clocks[i].forwards;
+    };
+    detail::run_dag(*arena, sched.forward, timed);
+    forward_wall += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    ++forward_passes;
+  } else {
+    auto compute = [this](int i) { kernels[i].forward(args(i)); };
+    detail::run_dag(*arena, sched.forward, compute);
+  }
   forward_failed = false;
   forwarded = true;
   values_spent = false;
@@ -182,19 +200,40 @@ void executor<T>::impl::backward(std::span<const tensor<T>> cot) {
       if (buffers.val_buf_bwd[i] >= 0) val[i] = mem_ptr + off_val_bwd[i];
     refresh_edges();
   }
-  auto compute = [this](int i) {
+  const bool timing = opts.profile;
+  if (timing) start_clocks();
+  using clock = std::chrono::steady_clock;
+  auto since = [](clock::time_point s) { return std::chrono::duration<double>(clock::now() - s).count(); };
+  auto compute = [this, timing, since](int i) {
     if (i >= n) {  // a recomputation task: a block's forward again
-      for (int u : buffers.recompute[static_cast<std::size_t>(i - n)]) kernels[u].forward(args(u));
+      for (int u : buffers.recompute[static_cast<std::size_t>(i - n)]) {
+        const auto s = timing ? clock::now() : clock::time_point{};
+        kernels[u].forward(args(u));
+        if (timing) {
+          clocks[u].recompute += since(s);
+          ++clocks[u].recomputes;
+        }
+      }
       return;
     }
+    const auto s = timing ? clock::now() : clock::time_point{};
     for (int x : sched.zero_before[i]) std::memset(grad[x], 0, static_cast<std::size_t>(dims[x].size()) * sizeof(T));
     kernels[i].backward(args(i));
+    if (timing) {
+      clocks[i].backward += since(s);
+      ++clocks[i].backwards;
+    }
     if (gradient_final)
       for (int x : sched.leaf_grads_final[i]) gradient_final(x);
   };
   values_spent = true;
   backwarded = false;
+  const auto t0 = clock::now();
   detail::run_dag(*arena, sched.backward, compute);
+  if (timing) {
+    backward_wall += since(t0);
+    ++backward_passes;
+  }
   backwarded = true;
 }
 

@@ -157,6 +157,17 @@ struct executor<T>::impl {
   std::int64_t mem_elems = 0;                   // allocated
   std::int64_t planned_elems = 0;               // needed by the last bind's placement
 
+  // ---- exec_options::profile (profile.cpp): per node of the plan, its kernels' time; each
+  // entry written only by the task that runs its node, read between passes
+  struct node_clock {
+    double forward = 0, backward = 0, recompute = 0;
+    std::int64_t forwards = 0, backwards = 0, recomputes = 0;
+  };
+  std::vector<node_clock> clocks;  // sized at the first pass after the plan was made
+  double forward_wall = 0, backward_wall = 0;
+  std::int64_t forward_passes = 0, backward_passes = 0;
+  void start_clocks();  // at each pass: clocks sized for the plan
+
   // ---- misuse (executor.cpp) ----
   std::atomic<bool> in_use{false};  // a call is running: a second one at once (another thread) is refused
   bool forward_failed = false;      // the last forward() threw inside a kernel: its values are partial

@@ -376,3 +376,89 @@ TEST_CASE("asking a graph without names for a named output says it names none") 
   CHECK_THROWS_AS(run.output_storage("y"), missing_error);
   CHECK(run.named_feeds().empty());
 }
+
+// ---- exec_options::profile ----
+
+namespace {
+// x → linear → relu → linear, the block closed by checkpoint (recomputed in backward), → sum
+auto profiled_graph() {
+  auto x = input<"x", shape<dyn<"B">, fix<64>>>();
+  auto y = nn::linear<"b", 64>(relu(nn::linear<"a", 64>(x)));
+  return make_graph(sum(checkpoint(y, x)));
+}
+}  // namespace
+
+TEST_CASE("profile: every kernel that ran is timed per node, and the table sums them by op") {
+  auto g = profiled_graph();
+  auto params = g.make_params<float>(1);
+  auto run = g.executor<float>(params, {.threads = 1, .profile = true});
+  const tensor<float> x = test::random_tensor<float>({256, 64}, 3);
+  for (int step = 0; step < 3; ++step) {
+    run.forward({{"x", x}});
+    run.backward();
+  }
+  run.forward({{"x", x}});  // a fourth forward without backward
+  const profile_report r = run.profile();
+  CHECK(r.forwards == 4);
+  CHECK(r.backwards == 3);
+  CHECK(r.threads == 1);
+  REQUIRE(!r.nodes.empty());
+  double kernels_forward = 0, kernels_backward = 0;
+  int linears = 0, recomputed = 0;
+  for (const node_time& t : r.nodes) {
+    CHECK(t.node >= 0);
+    CHECK(t.node < run.plan().size());
+    CHECK(t.op == std::string(run.plan().order[static_cast<std::size_t>(t.node)]->op->name));
+    CHECK(t.what == run.plan().describe(t.node));
+    CHECK((t.forward_calls == 0 || t.forward_calls == 4));
+    CHECK((t.backward_calls == 0 || t.backward_calls == 3));
+    CHECK((t.recompute_calls == 0 || t.recompute_calls == 3));
+    recomputed += t.recompute_calls > 0;
+    if (t.op.starts_with("linear")) {  // linear_relu (fused) and linear: 256 × 64 × 64 multiply-adds each
+      ++linears;
+      CHECK(t.forward_s > 0);
+      CHECK(t.backward_s > 0);
+    }
+    kernels_forward += t.forward_s;
+    kernels_backward += t.backward_s + t.recompute_s;
+  }
+  CHECK(linears == 2);
+  CHECK(recomputed >= 1);  // the checkpointed block's interior ran again in backward
+  // at one thread the kernels run one after the other, inside the passes
+  CHECK(kernels_forward <= r.forward_wall_s);
+  CHECK(kernels_backward <= r.backward_wall_s);
+  const std::string table = r.table();
+  for (const char* part : {"linear_relu", "kernels", "passes (wall)", "between kernels", "per pass: 4 forward, 3 backward"})
+    CHECK_THAT(table, Catch::Contains(part));
+  CHECK_THAT(r.table(1), Catch::Contains("other ops)"));
+  run.reset_profile();
+  const profile_report empty = run.profile();
+  CHECK(empty.nodes.empty());
+  CHECK(empty.forwards == 0);
+  CHECK(empty.forward_wall_s == 0);
+  run.forward({{"x", x}});
+  CHECK(run.profile().forwards == 1);
+}
+
+TEST_CASE("profile: an inference executor times forwards only, at two threads too") {
+  auto g = profiled_graph();
+  auto params = g.make_params<float>(1);
+  auto run = g.executor<float>(params, {.threads = 2, .inference = true, .profile = true});
+  run.forward({{"x", test::random_tensor<float>({64, 64}, 4)}});
+  const profile_report r = run.profile();
+  CHECK(r.forwards == 1);
+  CHECK(r.backwards == 0);
+  CHECK(r.threads == 2);
+  for (const node_time& t : r.nodes) CHECK(t.backward_calls + t.recompute_calls == 0);
+  CHECK_THAT(r.table(), !Catch::Contains("between kernels"));  // kernels may overlap at 2 threads
+}
+
+TEST_CASE("profile: off by default, and then profile() and reset_profile() refuse") {
+  auto g = profiled_graph();
+  auto params = g.make_params<float>(1);
+  auto run = g.executor<float>(params);
+  run.forward({{"x", test::random_tensor<float>({4, 64}, 5)}});
+  CHECK_THAT(test::message_of([&] { (void)run.profile(); }), Catch::Contains("exec_options::profile"));
+  CHECK_THAT(test::message_of([&] { run.reset_profile(); }), Catch::Contains("exec_options::profile"));
+  CHECK(profile_report{}.table().find("kernels") != std::string::npos);  // the header and totals, no rows
+}

@@ -17,6 +17,7 @@
 #include "loom/graph/feed.hpp"
 #include "loom/graph/memory_plan.hpp"
 #include "loom/graph/plan.hpp"
+#include "loom/graph/profile.hpp"
 
 namespace loom {
 
@@ -94,6 +95,9 @@ struct exec_options {
   /// parameter of the graph that some such product reads as its weight (value_error otherwise).
   /// Products without a parameter weight (attention's) follow `precision`.
   std::vector<std::string> float_weights = {};
+  /// Time every node's kernels and the passes (executor::profile(): where a step's time goes,
+  /// by op). Two clock reads per kernel call; off by default.
+  bool profile = false;
 
   static bool fuse_by_default();
 };
@@ -183,6 +187,13 @@ class executor {
   /// parameters in place (a checkpoint loaded into the store, say), which the executor does not
   /// see by itself. Does nothing otherwise.
   void requantize();
+  /// With exec_options::profile: every node's kernel time and the passes' wall time, summed
+  /// since the executor was made or reset_profile() (or keep(), which makes the plan anew) —
+  /// profile_report::table() prints them by op. Throws error when the executor was made without
+  /// exec_options::profile.
+  profile_report profile() const;
+  /// Starts the sums of profile() again from zero. Throws error without exec_options::profile.
+  void reset_profile();
   /// Throws value_error unless 0 ≤ threads ≤ max_threads (the old count is kept then).
   void set_threads(int threads);
   int threads() const;
