@@ -10,6 +10,7 @@
 //   memory_report.cpp  memory_plan(dims) before running
 //   init_params.cpp    make_params: initial values in plan order
 //   rewrite.cpp        fusion rules applied to the plan (rewrite.hpp)
+//   profile.cpp        exec_options::profile: the per-node times' report (executor.cpp takes them)
 // and arena_allocator.hpp, the arena's memory. Private to the library.
 #pragma once
 
