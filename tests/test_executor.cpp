@@ -440,6 +440,23 @@ TEST_CASE("profile: every kernel that ran is timed per node, and the table sums 
   CHECK(run.profile().forwards == 1);
 }
 
+TEST_CASE("profile: the same bits as without it") {
+  auto g = profiled_graph();
+  const tensor<float> x = test::random_tensor<float>({96, 64}, 6);
+  std::vector<float> got[2];
+  for (int timed = 0; timed < 2; ++timed) {
+    auto params = g.make_params<float>(1);
+    auto run = g.executor<float>(params, {.threads = 2, .profile = timed == 1});
+    run.forward({{"x", x}});
+    run.backward();
+    got[timed].push_back(run.output()[0]);
+    for (const char* name : {"a.weight", "a.bias", "b.weight", "b.bias"})
+      for (float v : params.grad(name).values()) got[timed].push_back(v);
+  }
+  REQUIRE(got[0].size() == got[1].size());
+  CHECK(std::memcmp(got[0].data(), got[1].data(), got[0].size() * sizeof(float)) == 0);
+}
+
 TEST_CASE("profile: an inference executor times forwards only, at two threads too") {
   auto g = profiled_graph();
   auto params = g.make_params<float>(1);
