@@ -18,6 +18,14 @@
 
 namespace loom {
 
+namespace {
+// exec_options::profile's clock: seconds since s.
+using pass_clock = std::chrono::steady_clock;
+double seconds_since(pass_clock::time_point s) {
+  return std::chrono::duration<double>(pass_clock::now() - s).count();
+}
+}  // namespace
+
 template <class T>
 executor<T>::impl::impl(plan_view p, param_store<T>& ps, exec_options o) : original(p), params(&ps), opts(o) {
   if (opts.inference) opts.training = false;
@@ -129,21 +137,21 @@ void executor<T>::impl::forward() {
   forwarded = backwarded = false;
   forward_failed = true;
   copy_strided_feeds();
-  if (opts.profile) {  // the same pass, each kernel timed (profile.cpp)
-    start_clocks();
-    const auto t0 = std::chrono::steady_clock::now();
-    auto timed = [this](int i) {
-      const auto s = std::chrono::steady_clock::now();
-      kernels[i].forward(args(i));
-      clocks[i].forward += std::chrono::duration<double>(std::chrono::steady_clock::now() - s).count();
+  const bool timing = opts.profile;  // each kernel timed (profile.cpp)
+  if (timing) start_clocks();
+  const auto t0 = timing ? pass_clock::now() : pass_clock::time_point{};
+  auto compute = [this, timing](int i) {
+    const auto s = timing ? pass_clock::now() : pass_clock::time_point{};
+    kernels[i].forward(args(i));
+    if (timing) {
+      clocks[i].forward += seconds_since(s);
       ++clocks[i].forwards;
-    };
-    detail::run_dag(*arena, sched.forward, timed);
-    forward_wall += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    }
+  };
+  detail::run_dag(*arena, sched.forward, compute);
+  if (timing) {
+    forward_wall += seconds_since(t0);
     ++forward_passes;
-  } else {
-    auto compute = [this](int i) { kernels[i].forward(args(i)); };
-    detail::run_dag(*arena, sched.forward, compute);
   }
   forward_failed = false;
   forwarded = true;
@@ -200,27 +208,25 @@ void executor<T>::impl::backward(std::span<const tensor<T>> cot) {
       if (buffers.val_buf_bwd[i] >= 0) val[i] = mem_ptr + off_val_bwd[i];
     refresh_edges();
   }
-  const bool timing = opts.profile;
+  const bool timing = opts.profile;  // each kernel timed (profile.cpp)
   if (timing) start_clocks();
-  using clock = std::chrono::steady_clock;
-  auto since = [](clock::time_point s) { return std::chrono::duration<double>(clock::now() - s).count(); };
-  auto compute = [this, timing, since](int i) {
+  auto compute = [this, timing](int i) {
     if (i >= n) {  // a recomputation task: a block's forward again
       for (int u : buffers.recompute[static_cast<std::size_t>(i - n)]) {
-        const auto s = timing ? clock::now() : clock::time_point{};
+        const auto s = timing ? pass_clock::now() : pass_clock::time_point{};
         kernels[u].forward(args(u));
         if (timing) {
-          clocks[u].recompute += since(s);
+          clocks[u].recompute += seconds_since(s);
           ++clocks[u].recomputes;
         }
       }
       return;
     }
-    const auto s = timing ? clock::now() : clock::time_point{};
+    const auto s = timing ? pass_clock::now() : pass_clock::time_point{};
     for (int x : sched.zero_before[i]) std::memset(grad[x], 0, static_cast<std::size_t>(dims[x].size()) * sizeof(T));
     kernels[i].backward(args(i));
     if (timing) {
-      clocks[i].backward += since(s);
+      clocks[i].backward += seconds_since(s);
       ++clocks[i].backwards;
     }
     if (gradient_final)
@@ -228,10 +234,10 @@ void executor<T>::impl::backward(std::span<const tensor<T>> cot) {
   };
   values_spent = true;
   backwarded = false;
-  const auto t0 = clock::now();
+  const auto t0 = timing ? pass_clock::now() : pass_clock::time_point{};
   detail::run_dag(*arena, sched.backward, compute);
   if (timing) {
-    backward_wall += since(t0);
+    backward_wall += seconds_since(t0);
     ++backward_passes;
   }
   backwarded = true;
