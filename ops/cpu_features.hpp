@@ -2,6 +2,10 @@
 // reads it here, so that two kernels never disagree about the CPU they run on. Private to ops/.
 #pragma once
 
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <cpuid.h>
+#endif
+
 namespace loom::ops {
 
 /// The instruction sets loom's kernels choose between (all false off x86-64).
@@ -11,6 +15,7 @@ struct cpu_features {
   bool avx512_v4 = false;    ///< x86-64-v4's AVX-512 (F, BW, CD, DQ, VL): the 64-byte vector clones
   bool avx512_bf16 = false;  ///< AVX-512F, BW and BF16: the bf16 GEMM
   bool avx512_vnni = false;  ///< AVX-512F, BW, DQ and VNNI: the int8 GEMM
+  int amd_family = 0;        ///< AMD's CPU family (base + extended, as lscpu prints it); 0 for other vendors
 };
 
 /// This CPU's (read at the first call; safe among static constructors).
@@ -26,6 +31,12 @@ inline const cpu_features& cpu() {
     c.avx512_v4 = c.avx512f && bw && dq && __builtin_cpu_supports("avx512cd") && __builtin_cpu_supports("avx512vl");
     c.avx512_bf16 = c.avx512f && bw && __builtin_cpu_supports("avx512bf16");
     c.avx512_vnni = c.avx512f && bw && dq && __builtin_cpu_supports("avx512vnni");
+    unsigned a = 0, b = 0, d = 0, e = 0;  // "AuthenticAMD" in ebx, edx, ecx of leaf 0
+    if (__get_cpuid(0, &a, &b, &e, &d) && b == 0x68747541u && d == 0x69746e65u && e == 0x444d4163u &&
+        __get_cpuid(1, &a, &b, &e, &d)) {
+      const int base = static_cast<int>((a >> 8) & 0xF), ext = static_cast<int>((a >> 20) & 0xFF);
+      c.amd_family = base == 0xF ? base + ext : base;
+    }
 #endif
     return c;
   }();

@@ -173,6 +173,21 @@ void in_column_blocks(bool tx, bool ty, std::int64_t batch, std::int64_t rows, s
       });
       return;
     }
+  if constexpr (std::is_same_v<T, float>)
+    if (tx && batch == 1 && !bf16 && !kept && n > 3 * cols && sgemm_avx512_takes(tx, ty, rows, n, k)) {
+      // four blocks or more over a transposed op(X), copied once for all of them (sgemm_packed_a):
+      // in place, each block read all of it, one piece from each of k lines ldx floats apart
+      if (const sgemm_packed_a xp(tx, rows, k, x, ldx); xp.packed()) {
+        for_chunks((n + cols - 1) / cols, 1, [&](std::int64_t c0, std::int64_t c1) {
+          for (std::int64_t cb = c0; cb < c1; ++cb) {
+            const std::int64_t j0 = cb * cols, w = std::min(cols, n - j0);
+            if (!sgemm_avx512(xp, ty, w, 1.f, columns_of_op(y, ty, ldy, j0), ldy, beta, c + j0, n))  // w < 16
+              gemm<T>(tx, ty, rows, w, k, T(1), x, ldx, columns_of_op(y, ty, ldy, j0), ldy, beta, c + j0, n);
+          }
+        });
+        return;
+      }
+    }
   for_chunks((n + cols - 1) / cols, 1, [&](std::int64_t c0, std::int64_t c1) {
     for (std::int64_t cb = c0; cb < c1; ++cb) {
       const std::int64_t j0 = cb * cols, w = std::min(cols, n - j0);

@@ -2,7 +2,8 @@
 // at a time into a [K, 32] buffer (the last [K, 16] or [K, 32], zero-padded past N) before its
 // tiles use it, unless B is [K, N] already, N a multiple of 16 and B's row stride not a multiple
 // of 4 KiB; or once for all the row chunks that share it (sgemm_packed_b). op(A) is read in place,
-// one element broadcast per row and k. A tile of 8 rows × 32 columns (12 rows where timed faster:
+// one element broadcast per row and k, unless it is transposed and more than one panel reads it:
+// then it is first copied into strips of the tile's rows (run_over_a). A tile of 8 rows × 32 columns (12 rows where timed faster:
 // sgemm_avx512_tiling) keeps its sums in AVX-512 registers over the whole of K; columns past a
 // ragged N are masked off when C is read and written; the epilogue (bias, relu, residual) is
 // applied in registers. CPUs without AVX-512 run the same panels through sgemm_avx2.cpp (products
@@ -30,7 +31,6 @@
 #include "packing_pool.hpp"
 
 #if defined(__x86_64__) && defined(__GNUC__)
-#include <cpuid.h>
 #include <immintrin.h>
 #define LOOM_SGEMM_AVX512 1
 // GCC 12's unpack and shuffle intrinsics pass an "undefined" vector as their unused merge
@@ -47,6 +47,9 @@ using i64 = std::int64_t;
 using avx512_lanes::first_lanes;
 using avx512_lanes::last_lanes;
 using avx512_lanes::put_lanes;
+using avx512_packing::pack_rows;
+using avx512_packing::pack_strips;
+using avx512_packing::pack_transposed;
 
 // The largest N and K it takes (see sgemm_avx512.hpp).
 constexpr i64 max_n = 1024, max_k = 1024;
@@ -101,60 +104,6 @@ template <int NV>
     case 2: return tile<2, NV>(a, a_row, a_k, b, ldb, k, c, ldc, alpha, beta, last, e);
     default: return tile<1, NV>(a, a_row, a_k, b, ldb, k, c, ldc, alpha, beta, last, e);
   }
-}
-
-// The panel of columns [j0, j0 + w) of op(B) = b ([K, N]), zero-padded to `width` (16 or 32).
-[[gnu::target("avx512f")]] void pack_rows(const float* b, i64 ldb, i64 j0, i64 w, i64 k, float* panel, i64 width) {
-  const __mmask16 first = first_lanes(w), second = first_lanes(w - 16);
-  for (i64 kk = 0; kk < k; ++kk) {
-    const float* src = b + kk * ldb + j0;
-    float* out = panel + kk * width;
-    _mm512_storeu_ps(out, _mm512_maskz_loadu_ps(first, src));
-    if (width == 32) _mm512_storeu_ps(out + 16, _mm512_maskz_loadu_ps(second, src + 16));
-  }
-}
-
-// The panel of columns [j0, j0 + w) of op(B) = bᵀ (b [N, K]), zero-padded to `width`: 16 × 16 blocks
-// transposed in registers (three rounds of unpacks and lane shuffles), ragged edges one by one.
-[[gnu::target("avx512f")]] void pack_transposed(const float* b, i64 ldb, i64 j0, i64 w, i64 k, float* panel,
-                                                i64 width) {
-  i64 jb = 0;
-  for (; jb + 16 <= w; jb += 16) {
-    const float* src = b + (j0 + jb) * ldb;
-    i64 kb = 0;
-    for (; kb + 16 <= k; kb += 16) {
-      __m512 r[16], t[16];
-      for (int i = 0; i < 16; ++i) r[i] = _mm512_loadu_ps(src + i * ldb + kb);
-      for (int i = 0; i < 8; ++i) {  // per 128-bit lane: pairs of rows interleaved
-        t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
-        t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
-      }
-      for (int g = 0; g < 4; ++g) {  // per lane L: rows 4g..4g+3 of column 4L + q in r[4g + q]
-        const __m512d a0 = _mm512_castps_pd(t[4 * g]), a1 = _mm512_castps_pd(t[4 * g + 1]);
-        const __m512d a2 = _mm512_castps_pd(t[4 * g + 2]), a3 = _mm512_castps_pd(t[4 * g + 3]);
-        r[4 * g] = _mm512_castpd_ps(_mm512_unpacklo_pd(a0, a2));
-        r[4 * g + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a0, a2));
-        r[4 * g + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(a1, a3));
-        r[4 * g + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(a1, a3));
-      }
-      for (int q = 0; q < 4; ++q) {  // lane L of the four groups gathered: column 4L + q
-        const __m512 v = _mm512_shuffle_f32x4(r[q], r[4 + q], 0x88), x = _mm512_shuffle_f32x4(r[q], r[4 + q], 0xDD);
-        const __m512 v2 = _mm512_shuffle_f32x4(r[8 + q], r[12 + q], 0x88),
-                     x2 = _mm512_shuffle_f32x4(r[8 + q], r[12 + q], 0xDD);
-        float* out = panel + (kb + q) * width + jb;
-        _mm512_storeu_ps(out, _mm512_shuffle_f32x4(v, v2, 0x88));               // column q
-        _mm512_storeu_ps(out + 4 * width, _mm512_shuffle_f32x4(x, x2, 0x88));   // column 4 + q
-        _mm512_storeu_ps(out + 8 * width, _mm512_shuffle_f32x4(v, v2, 0xDD));   // column 8 + q
-        _mm512_storeu_ps(out + 12 * width, _mm512_shuffle_f32x4(x, x2, 0xDD));  // column 12 + q
-      }
-    }
-    for (i64 jj = jb; jj < jb + 16; ++jj)
-      for (i64 kk = kb; kk < k; ++kk) panel[kk * width + jj] = b[(j0 + jj) * ldb + kk];
-  }
-  for (i64 jj = jb; jj < w; ++jj)
-    for (i64 kk = 0; kk < k; ++kk) panel[kk * width + jj] = b[(j0 + jj) * ldb + kk];
-  if (width != w)
-    for (i64 kk = 0; kk < k; ++kk) std::fill(panel + kk * width + w, panel + (kk + 1) * width, 0.f);
 }
 
 // The vector instructions the products run on: AVX-512 where the CPU has it, else AVX2 + FMA
@@ -216,12 +165,25 @@ void pack_panel(isa_t isa, bool trans_b, const float* b, i64 ldb, i64 j0, i64 w,
   else pack_rows(b, ldb, j0, w, k, panel, width);
 }
 
+// How the tiles read op(A): element (i, k) of the tile of rows [t · tile, ...) at
+// a + t · tile_stride + (i − t · tile) · row + k · step.
+struct a_layout {
+  const float* a;
+  i64 row, step, tile_stride;
+};
+
+// op(A) read in place (A [M, K], or [K, M] when transposed), in tiles of `tile` rows.
+a_layout in_place(bool trans_a, const float* a, i64 lda, i64 tile) {
+  const i64 row = trans_a ? 1 : lda;
+  return {a, row, trans_a ? lda : 1, tile * row};
+}
+
 // The product's tiles of tile_rows_max rows (8 or 12), panel by panel: panel(j0, w, width) gives the panel of columns
-// [j0, j0 + w) of op(B) (width = w rounded up to 16) and its row stride.
+// [j0, j0 + w) of op(B) (width = w rounded up to 16) and its row stride. The AVX2 kernel reads
+// op(A) in place only (its layout's tile_stride is not used).
 template <class Panel>
-void run_panels(isa_t isa, i64 tile_rows_max, bool trans_a, i64 m, i64 n, i64 k, float alpha, const float* a, i64 lda, Panel&& panel, float beta,
-                float* c, i64 ldc, const gemm_epilogue& epilogue) {
-  const i64 a_row = trans_a ? 1 : lda, a_k = trans_a ? lda : 1;
+void run_panels(isa_t isa, i64 tile_rows_max, const a_layout& a, i64 m, i64 n, i64 k, float alpha, Panel&& panel,
+                float beta, float* c, i64 ldc, const gemm_epilogue& epilogue) {
   for (i64 j0 = 0; j0 < n; j0 += panel_cols) {
     const i64 w = std::min(panel_cols, n - j0), width = (w + 15) / 16 * 16;
     const __mmask16 last = last_lanes(w);
@@ -229,18 +191,76 @@ void run_panels(isa_t isa, i64 tile_rows_max, bool trans_a, i64 m, i64 n, i64 k,
     if (isa == isa_t::avx2) {
       const gemm_epilogue e{epilogue.bias ? epilogue.bias + j0 : nullptr, epilogue.relu,
                             epilogue.residual ? epilogue.residual + j0 : nullptr, epilogue.ldr};
-      sgemm_avx2::panel_tiles(m, w, width, a, a_row, a_k, p, ld, k, c + j0, ldc, alpha, beta, e);
+      sgemm_avx2::panel_tiles(m, w, width, a.a, a.row, a.step, p, ld, k, c + j0, ldc, alpha, beta, e);
       continue;
     }
     for (i64 i0 = 0; i0 < m; i0 += tile_rows_max) {
       const int rows = static_cast<int>(std::min(tile_rows_max, m - i0));
+      const float* at = a.a + i0 / tile_rows_max * a.tile_stride;
       const gemm_epilogue e{epilogue.bias ? epilogue.bias + j0 : nullptr, epilogue.relu,
                             epilogue.residual ? epilogue.residual + i0 * epilogue.ldr + j0 : nullptr, epilogue.ldr};
       if (width == 32)
-        tile_rows<2>(rows, a + i0 * a_row, a_row, a_k, p, ld, k, c + i0 * ldc + j0, ldc, alpha, beta, last, e);
-      else tile_rows<1>(rows, a + i0 * a_row, a_row, a_k, p, ld, k, c + i0 * ldc + j0, ldc, alpha, beta, last, e);
+        tile_rows<2>(rows, at, a.row, a.step, p, ld, k, c + i0 * ldc + j0, ldc, alpha, beta, last, e);
+      else tile_rows<1>(rows, at, a.row, a.step, p, ld, k, c + i0 * ldc + j0, ldc, alpha, beta, last, e);
     }
   }
+}
+
+// Floats of op(A) copied into strips at a time (run_over_a): 1 MiB, K = 1024 in blocks of 256 rows.
+constexpr i64 strip_floats = i64{1} << 18;
+// The panels a product needs for run_over_a to copy op(A): with 2 (the tiny model's weight
+// gradients, [256, 512]ᵀ · [512, 64]) the copy cost more than it saved, 115 → 106 GFLOP/s on hot
+// caches; with 8 ([256, 1024]ᵀ · [1024, 256]) it saved more, 108 → 110 hot and ~88 → ~98 with
+// the operands in the outer caches (AMD EPYC Zen 4, 1 thread).
+constexpr i64 copied_panels = 4;
+
+// run_panels over op(A), which a transposed A read by copied_panels or more is first copied for,
+// into strips of the tile's rows (pack_strips): read in place, each tile takes one 32- or 48-byte
+// piece from each of K lines of A, lda floats apart, and again at every panel — a weight
+// gradient's dzᵀ, its lines 1–4 KiB apart, came from the outer caches at every panel. Strips of at
+// most strip_floats floats, the panels run over each block of rows in turn. The same elements
+// in the same order of FMAs: the same bits. AVX-512 only (the AVX2 kernel blocks K instead).
+template <class Panel>
+void run_over_a(isa_t isa, bool trans_a, i64 m, i64 n, i64 k, float alpha, const float* a, i64 lda, Panel&& panel,
+                float beta, float* c, i64 ldc, const gemm_epilogue& e) {
+  const i64 tile = tile_rows_for(isa);
+  if (isa != isa_t::avx512 || !trans_a || n < copied_panels * panel_cols)
+    return run_panels(isa, tile, in_place(trans_a, a, lda, tile), m, n, k, alpha, panel, beta, c, ldc, e);
+  const i64 block = std::max<i64>(1, strip_floats / (tile * k)) * tile;
+  thread_local std::vector<float> buffer;  // nothing else runs on this thread until the product is done
+  float* const strips = line_aligned(buffer, std::min(block, (m + tile - 1) / tile * tile) * k);
+  for (i64 i0 = 0; i0 < m; i0 += block) {
+    const i64 rows = std::min(block, m - i0);
+    pack_strips(rows, k, a + i0, lda, tile, strips);
+    const gemm_epilogue ei{e.bias, e.relu, e.residual ? e.residual + i0 * e.ldr : nullptr, e.ldr};
+    run_panels(isa, tile, a_layout{strips, 1, tile, tile * k}, rows, n, k, alpha, panel, beta, c + i0 * ldc, ldc, ei);
+  }
+}
+
+// sgemm_avx512's product, op(A) read from `strips` (pack_strips, tiles of strip_rows rows) when
+// not null and the products still run on AVX-512 tiles of that height, else from a.
+bool product(bool trans_a, bool trans_b, i64 m, i64 n, i64 k, float alpha, const float* a, i64 lda,
+             const float* strips, i64 strip_rows, const float* b, i64 ldb, float beta, float* c, i64 ldc,
+             const gemm_epilogue& epilogue) {
+  if (!sgemm_avx512_takes(trans_a, trans_b, m, n, k)) return false;
+  const isa_t isa = chosen_isa();
+  if (isa != isa_t::avx512 || tile_rows_for(isa) != strip_rows) strips = nullptr;  // forced since they were copied
+  if (isa == isa_t::avx2 && m > sgemm_avx2::many_rows && n > panel_cols)  // in row blocks (sgemm_avx2::row_blocks)
+    if (const sgemm_packed_b pb(trans_b, n, k, b, ldb); pb.packed())
+      return sgemm_avx512(trans_a, m, alpha, a, lda, pb, beta, c, ldc, epilogue);
+  const bool pack = packs_b(isa, trans_b, m, n, ldb);
+  thread_local std::vector<float> buffer;  // nothing else runs on this thread until the product is done
+  float* const panel_buffer = pack ? line_aligned(buffer, k * panel_cols) : nullptr;
+  const auto panel = [&](i64 j0, i64 w, i64 width) -> std::pair<const float*, i64> {
+    if (!pack) return {b + j0, ldb};
+    pack_panel(isa, trans_b, b, ldb, j0, w, k, panel_buffer, width);
+    return {panel_buffer, width};
+  };
+  if (strips)
+    run_panels(isa, strip_rows, a_layout{strips, 1, strip_rows, strip_rows * k}, m, n, k, alpha, panel, beta, c, ldc,
+               epilogue);
+  else run_over_a(isa, trans_a, m, n, k, alpha, a, lda, panel, beta, c, ldc, epilogue);
+  return true;
 }
 
 }  // namespace
@@ -248,23 +268,12 @@ void run_panels(isa_t isa, i64 tile_rows_max, bool trans_a, i64 m, i64 n, i64 k,
 bool sgemm_avx512(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k, float alpha, const float* a,
                 std::int64_t lda, const float* b, std::int64_t ldb, float beta, float* c, std::int64_t ldc,
                 const gemm_epilogue& epilogue) {
-  if (!sgemm_avx512_takes(trans_a, trans_b, m, n, k)) return false;
-  const isa_t isa = chosen_isa();
-  if (isa == isa_t::avx2 && m > sgemm_avx2::many_rows && n > panel_cols)  // in row blocks (sgemm_avx2::row_blocks)
-    if (const sgemm_packed_b pb(trans_b, n, k, b, ldb); pb.packed())
-      return sgemm_avx512(trans_a, m, alpha, a, lda, pb, beta, c, ldc, epilogue);
-  const bool pack = packs_b(isa, trans_b, m, n, ldb);
-  thread_local std::vector<float> buffer;  // nothing else runs on this thread until the product is done
-  float* const panel_buffer = pack ? line_aligned(buffer, k * panel_cols) : nullptr;
-  run_panels(
-      isa, tile_rows_for(isa), trans_a, m, n, k, alpha, a, lda,
-      [&](i64 j0, i64 w, i64 width) -> std::pair<const float*, i64> {
-        if (!pack) return {b + j0, ldb};
-        pack_panel(isa, trans_b, b, ldb, j0, w, k, panel_buffer, width);
-        return {panel_buffer, width};
-      },
-      beta, c, ldc, epilogue);
-  return true;
+  return product(trans_a, trans_b, m, n, k, alpha, a, lda, nullptr, 0, b, ldb, beta, c, ldc, epilogue);
+}
+
+bool sgemm_avx512(const sgemm_packed_a& a, bool trans_b, std::int64_t n, float alpha, const float* b, std::int64_t ldb,
+                  float beta, float* c, std::int64_t ldc) {
+  return product(a.trans_, trans_b, a.m_, n, a.k_, alpha, a.a_, a.lda_, a.strips_, a.tile_, b, ldb, beta, c, ldc, {});
 }
 
 namespace {
@@ -280,22 +289,12 @@ namespace {
 
 std::atomic<int> forced_rows{0};
 
-// AMD's CPU family (base + extended, as lscpu prints it), 0 for other vendors.
-int amd_family() {
-  unsigned a = 0, b = 0, c = 0, d = 0;
-  if (!__get_cpuid(0, &a, &b, &c, &d) || b != 0x68747541u || d != 0x69746e65u || c != 0x444d4163u)
-    return 0;  // "AuthenticAMD"
-  if (!__get_cpuid(1, &a, &b, &c, &d)) return 0;
-  const int base = static_cast<int>((a >> 8) & 0xF), ext = static_cast<int>((a >> 20) & 0xFF);
-  return base == 0xF ? base + ext : base;
-}
-
 // The fixed table: AMD family 25 with AVX-512 (Zen 4, 512-bit FMAs in two 256-bit halves) runs
 // 8 rows faster: bench_gemm loom_r8 vs loom_r12, 1 thread, 2026-11-27, AMD EPYC family 25 model
 // 17, GFLOP/s (median of 3): small_dx 109.9 vs 96.2, cube 109.4 vs 97.1, tiny_dw_ffn 114.9 vs
 // 108.9, small_ffn_up 107.6 vs 102.9, and 8 rows ahead by 1–4% on 8 of the 9 other shapes
 // (attn_block: 94.0 vs 99.4). 0: not in the table.
-int table_rows() { return amd_family() == 25 ? 8 : 0; }
+int table_rows() { return cpu().amd_family == 25 ? 8 : 0; }
 
 // Times `rows`-row tiles on a [96, 256] · [256, 256] product (96 rows: whole tiles of 8 and of
 // 12), the best of `rounds` calls, in seconds.
@@ -304,7 +303,7 @@ double time_rows(i64 rows, int rounds, const float* a, const float* b, float* c)
   for (int r = 0; r < rounds; ++r) {
     const auto t0 = std::chrono::steady_clock::now();
     run_panels(
-        isa_t::avx512, rows, false, 96, 256, 256, 1.f, a, 256,
+        isa_t::avx512, rows, in_place(false, a, 256, rows), 96, 256, 256, 1.f,
         [&](i64 j0, i64, i64) -> std::pair<const float*, i64> { return {b + j0, 256}; }, 0.f, c, 256, {});
     best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   }
@@ -317,7 +316,7 @@ struct tile_choice {
 };
 
 i64 measure_rows() {
-  // both shapes in alternating rounds (the first warms the caches), the best of each: both shapes in alternating rounds (the first warms the caches), the best of each
+  // both shapes in alternating rounds (the first warms the caches), the best of each
   std::vector<float> a(96 * 256), b(256 * 256), c(96 * 256);
   for (std::size_t i = 0; i < a.size(); ++i) a[i] = static_cast<float>(i % 7) * 0.25f - 0.75f;
   for (std::size_t i = 0; i < b.size(); ++i) b[i] = static_cast<float>(i % 5) * 0.5f - 1.f;
@@ -399,8 +398,8 @@ void from_packed(bool trans_a, i64 m, i64 w, i64 k, float alpha, const float* a,
   if (isa == isa_t::avx2 && m > sgemm_avx2::many_rows)
     return sgemm_avx2::row_blocks(m, w, k, a, trans_a ? 1 : lda, trans_a ? lda : 1, panels, n, j0, c, ldc, alpha,
                                   beta, epilogue);
-  run_panels(
-      isa, tile_rows_for(isa), trans_a, m, w, k, alpha, a, lda,
+  run_over_a(
+      isa, trans_a, m, w, k, alpha, a, lda,
       [&](i64 jj, i64, i64) -> std::pair<const float*, i64> {
         const i64 at = j0 + jj;
         return {panels + at * k, (std::min(panel_cols, n - at) + 15) / 16 * 16};
@@ -480,6 +479,10 @@ bool sgemm_avx512_panels(std::int64_t, std::int64_t, std::int64_t, float, const 
 }
 bool sgemm_avx512(bool, std::int64_t, float, const float*, std::int64_t, const sgemm_packed_b&, float, float*,
                   std::int64_t, const gemm_epilogue&) {
+  return false;
+}
+bool sgemm_avx512(const sgemm_packed_a&, bool, std::int64_t, float, const float*, std::int64_t, float, float*,
+                  std::int64_t) {
   return false;
 }
 bool sgemm_avx512_columns(bool, std::int64_t, float, const float*, std::int64_t, const sgemm_packed_b&, std::int64_t,

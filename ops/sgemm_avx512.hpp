@@ -116,6 +116,41 @@ class sgemm_packed_b {
   const float* panels_ = nullptr;
 };
 
+/// op(A) [M, K] of a transposed A (A [K, M], lda ≥ M) copied once into the strips sgemm_avx512's
+/// AVX-512 tiles read (K pieces of a tile's rows in a run), for the column blocks of one product
+/// that share it: a weight gradient dzᵀ · x split by columns, whose blocks each read all of dzᵀ,
+/// one 32-byte piece from each of K lines lda floats apart. Copied when the products run on the
+/// AVX-512 kernel, A is transposed and M · K ≤ 2^22 (the copy is split over the threads); otherwise
+/// the products read a in place. Holds a's address: a must outlive it, unchanged. Read-only once
+/// made. Its buffer comes from the packing pool.
+class sgemm_packed_a {
+ public:
+  sgemm_packed_a(bool trans_a, std::int64_t m, std::int64_t k, const float* a, std::int64_t lda);
+  ~sgemm_packed_a();
+  sgemm_packed_a(const sgemm_packed_a&) = delete;
+  sgemm_packed_a& operator=(const sgemm_packed_a&) = delete;
+  /// Whether op(A) was copied (else the products read it in place).
+  bool packed() const { return strips_ != nullptr; }
+
+ private:
+  friend bool sgemm_avx512(const sgemm_packed_a&, bool, std::int64_t, float, const float*, std::int64_t, float,
+                           float*, std::int64_t);
+  bool trans_;
+  std::int64_t m_, k_;
+  const float* a_;
+  std::int64_t lda_;
+  std::int64_t tile_ = 0;  // the strips' rows: the AVX-512 tile's when copied
+  packing_buffer<float> storage_;
+  const float* strips_ = nullptr;
+};
+
+/// sgemm_avx512(a's trans_a, trans_b, a's M, n, a's K, alpha, a's A, lda, b, ldb, beta, c, ldc):
+/// the same bits, op(A) read from its copy (if the products still run on the tiles it was copied
+/// for: sgemm_force_isa and sgemm_avx512_force_tile_rows may change them; else in place). False,
+/// having touched nothing, when sgemm_avx512 would not take the shape.
+bool sgemm_avx512(const sgemm_packed_a& a, bool trans_b, std::int64_t n, float alpha, const float* b, std::int64_t ldb,
+                  float beta, float* c, std::int64_t ldc);
+
 /// Floats that sgemm_pack_panels writes for an op(B) of n columns and k rows.
 std::int64_t sgemm_panels_size(std::int64_t n, std::int64_t k);
 

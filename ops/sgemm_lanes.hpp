@@ -1,5 +1,6 @@
 // The AVX-512 pieces shared by loom's float GEMM and GEMV (sgemm_avx512.cpp, sgemv_avx512.cpp):
-// lane masks, and the store of a finished sum with alpha, beta and the epilogue. Private to ops/.
+// lane masks, the store of a finished sum with alpha, beta and the epilogue, and the GEMM's
+// copies of its operands (sgemm_packing.cpp). Private to ops/.
 #pragma once
 
 #include "cpu_features.hpp"  // cpu(): whether the CPU has AVX-512F
@@ -47,4 +48,25 @@ inline __mmask16 last_lanes(i64 w) { return first_lanes((w - 1) % 16 + 1); }
 }
 
 }  // namespace loom::ops::avx512_lanes
+
+// The copies of the operands into the layouts the float GEMM's tiles read (sgemm_packing.cpp).
+namespace loom::ops::avx512_packing {
+
+using i64 = std::int64_t;
+
+/// The panel of columns [j0, j0 + w) of op(B) = b ([K, N]) into `panel`, `width` (16 or 32)
+/// floats per row of K, zero past w.
+[[gnu::target("avx512f")]] void pack_rows(const float* b, i64 ldb, i64 j0, i64 w, i64 k, float* panel, i64 width);
+
+/// The same panel of op(B) = bᵀ (b [N, K], row j of b is column j of op(B)).
+[[gnu::target("avx512f")]] void pack_transposed(const float* b, i64 ldb, i64 j0, i64 w, i64 k, float* panel,
+                                                i64 width);
+
+/// Rows [0, rows) of op(A) = aᵀ (a [K, ·], row kk at a + kk · lda; row i of op(A) is column i
+/// of a) into strips of `tile` (≤ 16) rows: strip s at out + s · tile · k, its element (r, kk) at
+/// kk · tile + r, the order a tile broadcasts them in. Past `rows`, the last strip's rows are not
+/// written (its tile reads only its own rows).
+[[gnu::target("avx512f")]] void pack_strips(i64 rows, i64 k, const float* a, i64 lda, i64 tile, float* out);
+
+}  // namespace loom::ops::avx512_packing
 #endif

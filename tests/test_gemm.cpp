@@ -281,6 +281,80 @@ TEST_CASE("op(B) packed once gives every row chunk the bits of the unpacked prod
   CHECK(std::all_of(c.begin(), c.end(), [](float v) { return v == -3.f; }));
 }
 
+TEST_CASE("a transposed op(A) copied into strips, in one product or once for its column blocks, has the bits of one read in place") {
+  // a weight gradient dzᵀ · x: loom's kernel copies a transposed op(A) into strips of the tile's
+  // rows when four panels or more read it (in row blocks of at most 2^18 floats), and
+  // sgemm_packed_a copies it once for column blocks; each element must stay the chain of FMAs
+  // that a product of one panel (32 columns: never copied) computes reading A in place
+  if (!__builtin_cpu_supports("avx512f")) {  // the AVX2 kernel (or none) reads op(A) in place
+    const std::vector<float> a(64 * 64, 1.f);
+    CHECK_FALSE(ops::sgemm_packed_a(true, 64, 64, a.data(), 64).packed());
+    return;
+  }
+  ops::sgemm_force_isa(ops::sgemm_isa::avx512);  // even when LOOM_SGEMM_ISA=avx2 runs the tests
+  std::mt19937 rng(17);
+  std::uniform_real_distribution<float> u(-1.f, 1.f);
+  struct shape {
+    i64 m, n, k;
+  };
+  // whole and ragged strips; 300 rows of k 1000 make two row blocks; n 136 ends in a panel of 8
+  for (const shape s : {shape{1, 128, 3}, shape{45, 160, 37}, shape{300, 136, 1000}, shape{64, 256, 1}})
+    for (const int tile : {8, 12}) {
+      ops::sgemm_avx512_force_tile_rows(tile);
+      const i64 lda = s.m + 3, ldb = s.n + 2, ldc = s.n + 5;
+      std::vector<float> a(static_cast<std::size_t>(s.k * lda)), b(static_cast<std::size_t>(s.k * ldb)),
+          bias(static_cast<std::size_t>(s.n)), res(static_cast<std::size_t>(s.m * ldc)),
+          c0(static_cast<std::size_t>(s.m * ldc));
+      for (auto* v : {&a, &b, &bias, &res, &c0})
+        for (auto& x : *v) x = u(rng);
+      INFO("m " << s.m << " n " << s.n << " k " << s.k << " tile " << tile);
+      for (const float beta : {0.f, 0.5f}) {
+        const ops::gemm_epilogue e{bias.data(), beta != 0.f, beta == 0.f ? res.data() : nullptr, ldc};
+        std::vector<float> by_panel = c0, whole = c0, shared = c0;
+        // one panel per product, the last two when fewer than 16 columns are left: op(A) read in place
+        for (i64 j0 = 0, w = 0; j0 < s.n; j0 += w) {
+          w = s.n - j0 < 32 + 16 ? s.n - j0 : 32;
+          const ops::gemm_epilogue ej{e.bias + j0, e.relu, e.residual ? e.residual + j0 : nullptr, ldc};
+          REQUIRE(ops::sgemm_avx512(true, false, s.m, w, s.k, 0.75f, a.data(), lda, b.data() + j0, ldb, beta,
+                                    by_panel.data() + j0, ldc, ej));
+        }
+        REQUIRE(ops::sgemm_avx512(true, false, s.m, s.n, s.k, 0.75f, a.data(), lda, b.data(), ldb, beta, whole.data(),
+                                  ldc, e));
+        INFO("beta " << beta);
+        CHECK(whole == by_panel);  // the padding past column n of each row included
+        if (beta != 0.f) continue;  // (the shared copy's products take no epilogue: a gradient's)
+        const ops::sgemm_packed_a packed(true, s.m, s.k, a.data(), lda);
+        CHECK(packed.packed());
+        std::vector<float> plain = c0;  // the same product without the epilogue, in one call
+        REQUIRE(ops::sgemm_avx512(true, false, s.m, s.n, s.k, 0.75f, a.data(), lda, b.data(), ldb, 0.f, plain.data(),
+                                  ldc));
+        for (i64 j0 = 0, w = 0; j0 < s.n; j0 += w) {  // blocks of 64; the last takes what is left (≥ 16)
+          w = s.n - j0 < 64 + 16 ? s.n - j0 : 64;
+          REQUIRE(ops::sgemm_avx512(packed, false, w, 0.75f, b.data() + j0, ldb, 0.f, shared.data() + j0, ldc));
+        }
+        std::vector<float> narrow = c0;  // fewer than 16 columns: refused, nothing touched
+        CHECK_FALSE(ops::sgemm_avx512(packed, false, 8, 0.75f, b.data(), ldb, 0.f, narrow.data(), ldc));
+        CHECK(narrow == c0);
+        CHECK(shared == plain);
+        // tiles forced to the other height after the copy: read in place, the same bits
+        ops::sgemm_avx512_force_tile_rows(tile == 8 ? 12 : 8);
+        std::vector<float> other = c0;
+        REQUIRE(ops::sgemm_avx512(packed, false, s.n, 0.75f, b.data(), ldb, 0.f, other.data(), ldc));
+        CHECK(other == plain);
+        ops::sgemm_avx512_force_tile_rows(tile);
+      }
+    }
+  ops::sgemm_avx512_force_tile_rows(0);
+  // not copied: op(A) not transposed, or too large (M · K above 2^22); the products still right
+  std::vector<float> a(static_cast<std::size_t>(4100 * 1024), 0.5f), b(1024 * 32, 2.f), c(4100 * 32, -1.f);
+  CHECK_FALSE(ops::sgemm_packed_a(false, 64, 64, a.data(), 64).packed());
+  const ops::sgemm_packed_a big(true, 4100, 1024, a.data(), 4100);
+  CHECK_FALSE(big.packed());
+  REQUIRE(ops::sgemm_avx512(big, false, 32, 1.f, b.data(), 32, 0.f, c.data(), 32));
+  CHECK(std::all_of(c.begin(), c.end(), [](float v) { return v == 1024.f; }));
+  ops::sgemm_force_isa(ops::sgemm_isa::cpu);
+}
+
 TEST_CASE("tiles of 8 and of 12 rows give every element the same bits, and only those shapes can be forced") {
   // the tile's rows are chosen per CPU (a table, or timed at the first product): a speed choice
   // that must not change a single bit
