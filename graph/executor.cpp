@@ -57,9 +57,7 @@ void executor<T>::impl::adopt_plan() {
   loom::detail::check_op_ids();  // two ops of one name would share node hashes and random streams
   rewritten = detail::rewrite(original, keep_original, opts.fuse && !opts.keep_all);
   plan = rewritten->view;
-  clocks.clear();  // a new plan: the profile's sums start again
-  forward_wall = backward_wall = 0;
-  forward_passes = backward_passes = 0;
+  clear_profile();  // a new plan: the profile's sums start again
   n = plan.size();
   param_version = 0;  // the parameters' nodes are found again in the new plan
   int8_layout = 0;  // and the int8 weights quantized for its nodes

@@ -168,6 +168,7 @@ struct executor<T>::impl {
   double forward_wall = 0, backward_wall = 0;
   std::int64_t forward_passes = 0, backward_passes = 0;
   void start_clocks();  // at each pass: clocks sized for the plan
+  void clear_profile();  // the profile's sums back to nothing (a new plan, reset_profile())
 
   // ---- misuse (executor.cpp) ----
   std::atomic<bool> in_use{false};  // a call is running: a second one at once (another thread) is refused

@@ -15,6 +15,13 @@ void executor<T>::impl::start_clocks() {
 }
 
 template <class T>
+void executor<T>::impl::clear_profile() {
+  clocks.clear();
+  forward_wall = backward_wall = 0;
+  forward_passes = backward_passes = 0;
+}
+
+template <class T>
 profile_report executor<T>::profile() const {
   busy_guard busy(p_->in_use, "profile()");
   if (!p_->opts.profile) throw error("profile(): this executor was made without exec_options::profile");
@@ -39,9 +46,7 @@ template <class T>
 void executor<T>::reset_profile() {
   busy_guard busy(p_->in_use, "reset_profile()");
   if (!p_->opts.profile) throw error("reset_profile(): this executor was made without exec_options::profile");
-  p_->clocks.clear();
-  p_->forward_wall = p_->backward_wall = 0;
-  p_->forward_passes = p_->backward_passes = 0;
+  p_->clear_profile();
 }
 
 std::string profile_report::table(int top) const {
@@ -106,6 +111,8 @@ std::string profile_report::table(int top) const {
 
 template void executor<float>::impl::start_clocks();
 template void executor<double>::impl::start_clocks();
+template void executor<float>::impl::clear_profile();
+template void executor<double>::impl::clear_profile();
 template profile_report executor<float>::profile() const;
 template profile_report executor<double>::profile() const;
 template void executor<float>::reset_profile();
