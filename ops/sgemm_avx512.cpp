@@ -2,12 +2,13 @@
 // at a time into a [K, 32] buffer (the last [K, 16] or [K, 32], zero-padded past N) before its
 // tiles use it, unless B is [K, N] already, N a multiple of 16 and B's row stride not a multiple
 // of 4 KiB; or once for all the row chunks that share it (sgemm_packed_b). op(A) is read in place,
-// one element broadcast per row and k, unless it is transposed and more than one panel reads it:
-// then it is first copied into strips of the tile's rows (run_over_a). A tile of 8 rows × 32 columns (12 rows where timed faster:
-// sgemm_avx512_tiling) keeps its sums in AVX-512 registers over the whole of K; columns past a
-// ragged N are masked off when C is read and written; the epilogue (bias, relu, residual) is
-// applied in registers. CPUs without AVX-512 run the same panels through sgemm_avx2.cpp (products
-// of many rows there in row blocks over op(B) packed once: sgemm_avx2::row_blocks).
+// one element broadcast per row and k, unless it is transposed and four whole panels or more
+// read it: then it is first copied into strips of the tile's rows (run_over_a). A tile of 8 rows
+// × 32 columns (12 rows where timed faster: sgemm_avx512_tiling) keeps its sums in AVX-512
+// registers over the whole of K; columns past a ragged N are masked off when C is read and
+// written; the epilogue (bias, relu, residual) is applied in registers. CPUs without AVX-512 run
+// the same panels through sgemm_avx2.cpp (products of many rows there in row blocks over op(B)
+// packed once: sgemm_avx2::row_blocks).
 //
 // Measured on AMD EPYC (Zen 4), 1 thread (bench/bench_gemm, hot caches), against OpenBLAS
 // 0.3.21's sgemm (its Cooperlake kernel): 1.07–1.16× on all 13 shapes there (the tiny and small
@@ -208,18 +209,18 @@ void run_panels(isa_t isa, i64 tile_rows_max, const a_layout& a, i64 m, i64 n, i
 
 // Floats of op(A) copied into strips at a time (run_over_a): 1 MiB, K = 1024 in blocks of 256 rows.
 constexpr i64 strip_floats = i64{1} << 18;
-// The panels a product needs for run_over_a to copy op(A): with 2 (the tiny model's weight
-// gradients, [256, 512]ᵀ · [512, 64]) the copy cost more than it saved, 115 → 106 GFLOP/s on hot
-// caches; with 8 ([256, 1024]ᵀ · [1024, 256]) it saved more, 108 → 110 hot and ~88 → ~98 with
-// the operands in the outer caches (AMD EPYC Zen 4, 1 thread).
+// Whole panels (N ≥ 32 · copied_panels) a product needs for run_over_a to copy op(A): with 2
+// (the tiny model's weight gradients, [256, 512]ᵀ · [512, 64]) the copy cost more than it saved,
+// 115 → 106 GFLOP/s on hot caches; with 8 ([256, 1024]ᵀ · [1024, 256]) it saved more, 108 → 110
+// hot and ~88 → ~98 with the operands in the outer caches (AMD EPYC Zen 4, 1 thread).
 constexpr i64 copied_panels = 4;
 
-// run_panels over op(A), which a transposed A read by copied_panels or more is first copied for,
-// into strips of the tile's rows (pack_strips): read in place, each tile takes one 32- or 48-byte
-// piece from each of K lines of A, lda floats apart, and again at every panel — a weight
-// gradient's dzᵀ, its lines 1–4 KiB apart, came from the outer caches at every panel. Strips of at
-// most strip_floats floats, the panels run over each block of rows in turn. The same elements
-// in the same order of FMAs: the same bits. AVX-512 only (the AVX2 kernel blocks K instead).
+// run_panels over op(A), which a transposed A read by copied_panels whole panels or more is first
+// copied for, into strips of the tile's rows (pack_strips): read in place, each tile takes one
+// 32- or 48-byte piece from each of K lines of A, lda floats apart, at every panel — a weight
+// gradient's dzᵀ, lines 1–4 KiB apart, came from the outer caches each time. Strips of at most
+// strip_floats floats, the panels run over each block of rows in turn. The same elements in the
+// same order of FMAs: the same bits. AVX-512 only (the AVX2 kernel blocks K instead).
 template <class Panel>
 void run_over_a(isa_t isa, bool trans_a, i64 m, i64 n, i64 k, float alpha, const float* a, i64 lda, Panel&& panel,
                 float beta, float* c, i64 ldc, const gemm_epilogue& e) {
