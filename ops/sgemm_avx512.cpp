@@ -8,7 +8,8 @@
 // registers over the whole of K; columns past a ragged N are masked off when C is read and
 // written; the epilogue (bias, relu, residual) is applied in registers. CPUs without AVX-512 run
 // the same panels through sgemm_avx2.cpp (products of many rows there in row blocks over op(B)
-// packed once: sgemm_avx2::row_blocks).
+// packed once: sgemm_avx2::row_blocks); without x86-64 intrinsics, sgemm_none.cpp declines
+// every product.
 //
 // Measured on AMD EPYC (Zen 4), 1 thread (bench/bench_gemm, hot caches), against OpenBLAS
 // 0.3.21's sgemm (its Cooperlake kernel): 1.07–1.16× on all 13 shapes there (the tiny and small
@@ -62,6 +63,10 @@ template <int R, int NV>
 [[gnu::target("avx512f"), gnu::always_inline]] inline void tile(const float* a, i64 a_row, i64 a_k, const float* b,
                                                                 i64 ldb, i64 k, float* c, i64 ldc, float alpha,
                                                                 float beta, __mmask16 last, const gemm_epilogue& e) {
+  if (e.residual)  // asked for now: read from the outer caches at the end, it stalled every tile there
+    for (int r = 0; r < R; ++r)
+      for (int v = 0; v <= NV; ++v)  // the lines of the row's 16 · NV floats (NV + 1 when not aligned)
+        _mm_prefetch(reinterpret_cast<const char*>(e.residual + r * e.ldr + std::min(16 * v, 16 * NV - 1)), _MM_HINT_T0);
   __m512 acc[R][NV];
 #pragma GCC unroll 12
   for (int r = 0; r < R; ++r)
@@ -455,44 +460,6 @@ bool sgemm_avx512_columns(bool trans_a, std::int64_t m, float alpha, const float
 bool sgemm_avx512(bool trans_a, std::int64_t m, float alpha, const float* a, std::int64_t lda, const sgemm_packed_b& b,
                   float beta, float* c, std::int64_t ldc, const gemm_epilogue& epilogue) {
   return sgemm_avx512_columns(trans_a, m, alpha, a, lda, b, 0, b.count(), beta, c, ldc, epilogue);
-}
-
-#else
-
-bool sgemm_avx512_takes(bool, bool, std::int64_t, std::int64_t, std::int64_t) { return false; }
-sgemm_tiling sgemm_avx512_tiling() { return {"none", 0, "none"}; }
-void sgemm_force_isa(sgemm_isa isa) {
-  if (isa != sgemm_isa::cpu) throw std::invalid_argument("sgemm_force_isa: loom's GEMM has no vector kernel on this CPU");
-}
-int sgemm_avx512_measure_tile_rows() { return 0; }
-void sgemm_avx512_force_tile_rows(int rows) {
-  if (rows != 0)
-    throw std::invalid_argument("sgemm_avx512_force_tile_rows: loom's GEMM has no AVX-512 kernel on this CPU");
-}
-sgemm_packed_b::sgemm_packed_b(bool trans_b, std::int64_t n, std::int64_t k, const float* b, std::int64_t ldb)
-    : trans_(trans_b), n_(n), k_(k), b_(b), ldb_(ldb) {}
-sgemm_packed_b::~sgemm_packed_b() = default;
-std::int64_t sgemm_panels_size(std::int64_t n, std::int64_t k) { return (n + 31) / 32 * 32 * k; }
-bool sgemm_pack_panels(bool, std::int64_t, std::int64_t, const float*, std::int64_t, float*) { return false; }
-bool sgemm_avx512_panels(std::int64_t, std::int64_t, std::int64_t, float, const float*, std::int64_t, const float*,
-                         std::int64_t, std::int64_t, float, float*, std::int64_t) {
-  return false;
-}
-bool sgemm_avx512(bool, std::int64_t, float, const float*, std::int64_t, const sgemm_packed_b&, float, float*,
-                  std::int64_t, const gemm_epilogue&) {
-  return false;
-}
-bool sgemm_avx512(const sgemm_packed_a&, bool, std::int64_t, float, const float*, std::int64_t, float, float*,
-                  std::int64_t) {
-  return false;
-}
-bool sgemm_avx512_columns(bool, std::int64_t, float, const float*, std::int64_t, const sgemm_packed_b&, std::int64_t,
-                          std::int64_t, float, float*, std::int64_t, const gemm_epilogue&) {
-  return false;
-}
-bool sgemm_avx512(bool, bool, std::int64_t, std::int64_t, std::int64_t, float, const float*, std::int64_t, const float*,
-                std::int64_t, float, float*, std::int64_t, const gemm_epilogue&) {
-  return false;
 }
 
 #endif

@@ -122,14 +122,4 @@ sgemm_packed_a::~sgemm_packed_a() { give_packing_buffer(std::move(storage_)); }
 
 }  // namespace loom::ops
 
-#else
-
-namespace loom::ops {
-
-sgemm_packed_a::sgemm_packed_a(bool trans_a, std::int64_t m, std::int64_t k, const float* a, std::int64_t lda)
-    : trans_(trans_a), m_(m), k_(k), a_(a), lda_(lda) {}
-sgemm_packed_a::~sgemm_packed_a() = default;
-
-}  // namespace loom::ops
-
 #endif
