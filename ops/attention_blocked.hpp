@@ -153,6 +153,10 @@ LOOM_VECTOR_CLONES void forward_rows(const problem<T>& pr, T* out, T* lse, std::
   const T* kt = kv ? kv->keys_of(n) : nullptr;
   const T neg_inf = -std::numeric_limits<T>::infinity();
   const std::int64_t rows = r1 - r0, dv = pr.dv;
+  if (pr.one_block() && n + 1 < pr.N) {  // the next entry's operands, into the second level
+    for (const auto* x : {&pr.q, &pr.o}) prefetch_entry<2>(*x, n + 1, pr.rows);
+    for (const auto* x : {&pr.k, &pr.v}) prefetch_entry<2>(*x, n + 1, pr.keys);
+  }
   T* s = scratch<T>(static_cast<std::size_t>(rows * (key_block + dv + 2)));
   T* acc = s + rows * key_block;
   T* m = acc + rows * dv;

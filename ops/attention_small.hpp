@@ -51,20 +51,6 @@ bool small_path(const problem<T>& pr) {
 /// either: attention_force_small_lanes, fused_attention.hpp). Defined in ops/attention.cpp.
 int small_lanes();
 
-/// Asks for rows [0, rows) of x's entry n to be brought into the cache: the next entry's
-/// operands, fetched while this one computes. Each entry of a small problem reads a few dozen
-/// rows that were written long before (in the forward, for the backward) and sit in the last
-/// level of cache: without this the kernels waited for them more than they computed.
-template <class P>
-[[gnu::always_inline]] inline void prefetch_entry(const operand<P>& x, std::int64_t n, std::int64_t rows) {
-  if (!x.base) return;
-  constexpr std::int64_t line = 64 / sizeof(P);
-  for (std::int64_t r = 0; r < rows; ++r) {
-    const P* row = x.at(n, r);
-    for (std::int64_t c = 0; c < x.cols; c += line) __builtin_prefetch(row + c);
-  }
-}
-
 /// One stage of an L × L transpose in registers: rows i and i + B (bit B of i clear) swap the
 /// elements whose column has bit B set in one and clear in the other — (i, e) ↔ (i ^ B, e ^ B)
 /// when bit B of i and of e differ. The stages B = L/2, …, 2, 1 swap every bit of the row with
