@@ -380,26 +380,19 @@ json_line train_step(const settings& s, std::int64_t b, std::int64_t len,
     // forward and twice that in backward (dX and dW; the head with its loss does all three in
     // forward)
     const plan_view& plan = timed.plan();
-    auto size = [&](const plan_dim& d) {
-      double v = static_cast<double>(d.constant);
-      for (int t = 0; t < d.n_syms; ++t) v += static_cast<double>(timed.bound(plan.syms[static_cast<std::size_t>(d.sym[t])]));
-      return v;
-    };
     std::fprintf(stderr, "%-32s %-18s %6s %6s %10s %10s %8s %8s\n", "linear node", "x", "K", "N", "fwd ms", "bwd ms",
                  "fwd GF/s", "bwd GF/s");
     for (const node_time& t : report.nodes) {
       if (!t.op.starts_with("linear")) continue;
       const auto in = plan.inputs(t.node);
-      const int x = in[0], w = in[1], rank = plan.order[static_cast<std::size_t>(x)]->rank;
-      double rows = 1;
-      for (int a = 0; a + 1 < rank; ++a) rows *= size(plan.dims[static_cast<std::size_t>(x)][static_cast<std::size_t>(a)]);
-      const double k = size(plan.dims[static_cast<std::size_t>(x)][static_cast<std::size_t>(rank - 1)]);
-      const double n = size(plan.dims[static_cast<std::size_t>(w)][0]);
+      const dims_t xd = timed.dims(in[0]);
+      const double k = static_cast<double>(xd[-1]), rows = static_cast<double>(xd.prod(0, xd.rank - 1));
+      const double n = static_cast<double>(timed.dims(in[1])[0]);
       const double fwd = t.forward_s / static_cast<double>(report.forwards);
       const double bwd = report.backwards ? t.backward_s / static_cast<double>(report.backwards) : 0.0;
       const double macs = rows * n * k, fwd_flop = (t.op == "linear_cross_entropy" ? 6 : 2) * macs;
       std::fprintf(stderr, "%-32s %-18s %6.0f %6.0f %10.4f %10.4f %8.1f %8.1f\n", t.what.c_str(),
-                   plan.shape_text(x).c_str(), k, n, 1e3 * fwd, 1e3 * bwd, fwd > 0 ? fwd_flop / fwd * 1e-9 : 0.0,
+                   plan.shape_text(in[0]).c_str(), k, n, 1e3 * fwd, 1e3 * bwd, fwd > 0 ? fwd_flop / fwd * 1e-9 : 0.0,
                    bwd > 0 && t.op != "linear_cross_entropy" ? 4 * macs / bwd * 1e-9 : 0.0);
     }
   }

@@ -23,12 +23,7 @@ storage storage_for(dtype t, bool is_double) {
 
 // constant + Σ symbols, or `overflowed` if the sum does not fit in int64.
 constexpr std::int64_t overflowed = std::numeric_limits<std::int64_t>::min();
-std::int64_t eval(const plan_dim& d, const std::vector<std::int64_t>& s) {
-  std::int64_t v = d.constant;
-  for (int k = 0; k < d.n_syms; ++k)
-    if (__builtin_add_overflow(v, s[static_cast<std::size_t>(d.sym[k])], &v)) return overflowed;
-  return v;
-}
+std::int64_t eval(const plan_dim& d, const std::vector<std::int64_t>& s) { return d.value(s).value_or(overflowed); }
 
 // Elements a node or the whole arena may hold: sizes in bytes stay far below 2^63 (as in
 // executor::memory_plan), so no size product or offset sum can overflow.

@@ -313,6 +313,15 @@ std::int64_t executor<T>::bound(std::string_view symbol) const {
 }
 
 template <class T>
+dims_t executor<T>::dims(int node) const {
+  if (node < 0 || node >= p_->plan.size())
+    throw error("executor::dims: node " + std::to_string(node) + " is not in the plan (it has " +
+                std::to_string(p_->plan.size()) + " nodes)");
+  if (!p_->bound) throw error("executor: no dims are bound before forward()");
+  return p_->dims[static_cast<std::size_t>(node)];
+}
+
+template <class T>
 void executor<T>::on_gradient_final(std::function<void(int node)> callback) {
   p_->gradient_final = std::move(callback);
 }

@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <limits>
+#include <optional>
 #include <string>
 
 #include "executor_impl.hpp"
@@ -34,12 +35,10 @@ memory_report executor<T>::memory_plan(std::span<const std::pair<std::string_vie
   auto size_of = [&](int node) {
     std::int64_t size = 1;
     for (int a = 0; a < plan.order[node]->rank; ++a) {
-      const plan_dim& d = plan.dims[node][a];
-      std::int64_t v = d.constant;
-      for (int s = 0; s < d.n_syms; ++s) v += sym[static_cast<std::size_t>(d.sym[s])];
-      if (v != 0 && size > limit / v)
+      const std::optional<std::int64_t> v = plan.dims[node][a].value(sym);
+      if (!v || (*v != 0 && size > limit / *v))
         throw shape_error("memory_plan: " + plan.describe(node) + " would hold more than 2^57 elements");
-      size *= v;
+      size *= *v;
     }
     return (size + 15) / 16 * 16;
   };
@@ -48,11 +47,7 @@ memory_report executor<T>::memory_plan(std::span<const std::pair<std::string_vie
   auto dims_of = [&](int node) {
     dims_t d;
     d.rank = plan.order[node]->rank;
-    for (int a = 0; a < d.rank; ++a) {
-      const plan_dim& pd = plan.dims[node][a];
-      d.d[a] = pd.constant;
-      for (int s = 0; s < pd.n_syms; ++s) d.d[a] += sym[static_cast<std::size_t>(pd.sym[s])];
-    }
+    for (int a = 0; a < d.rank; ++a) d.d[a] = plan.dims[node][a].value(sym).value_or(0);  // size_of checked it
     return d;
   };
   for (std::size_t b = 0; b < sizes.size(); ++b) {

@@ -1,5 +1,7 @@
 // Shapes as types, and the errors a run can see: every message names what is wrong.
 #include <catch2/catch.hpp>
+#include <limits>
+#include <vector>
 
 #include "loom/loom.hpp"
 #include "test_support.hpp"
@@ -162,4 +164,32 @@ TEST_CASE("tensors check their sizes and indices") {
   CHECK_THROWS_AS(t.at({0}), shape_error);
   t.at({1, 2}) = 5;
   CHECK(t[5] == 5);
+}
+
+TEST_CASE("executor dims gives each node's bound shape, and says when it cannot") {
+  auto x = input<"x", shape<dyn<"B">, dyn<"T">, fix<3>>>();
+  auto y = named<"y">(concat<1>(x, x));  // [B, 2·T, 3]: a dim of two terms
+  auto g = make_graph(y);
+  param_store<float> p;
+  auto run = g.executor<float>(p);
+  const int xi = run.plan().input_index("x"), yi = run.plan().roots[0];
+  CHECK_THROWS_AS(run.dims(xi), error);  // nothing bound yet
+  tensor<float> t({2, 5, 3});
+  run.forward({{"x", t}});
+  CHECK(run.dims(xi) == dims_t{2, 5, 3});
+  CHECK(run.dims(yi) == dims_t{2, 10, 3});
+  CHECK(run.dims(yi) == run.output().dims);
+  CHECK_THROWS_AS(run.dims(-1), error);
+  CHECK_THROWS_AS(run.dims(run.plan().size()), error);
+}
+
+TEST_CASE("a plan dim's value is its constant plus its symbols' values, or nothing on overflow") {
+  plan_dim d;
+  d.constant = 3;
+  d.n_syms = 2;
+  d.sym = {1, 1};  // 3 + 2·s1
+  const std::vector<std::int64_t> values{100, 7};
+  CHECK(d.value(values) == 17);
+  const std::vector<std::int64_t> huge{0, std::numeric_limits<std::int64_t>::max() / 2 + 1};
+  CHECK_FALSE(d.value(huge).has_value());
 }

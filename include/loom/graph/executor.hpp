@@ -181,6 +181,8 @@ class executor {
   void on_gradient_final(std::function<void(int node)> callback);
   /// The value the last forward() bound to a dynamic dim.
   std::int64_t bound(std::string_view symbol) const;
+  /// The dims the last forward() bound to node `node` of plan() (its value's shape).
+  dims_t dims(int node) const;
 
   /// With exec_options::weights = int8 or pack_weights: quantizes (or copies) the weights again,
   /// from the store's values, at the next forward() — after new values were written into the

@@ -8,6 +8,7 @@
 
 #include <array>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -22,6 +23,16 @@ struct plan_dim {
   long constant = 0;
   int n_syms = 0;
   std::array<short, max_dim_terms> sym{};
+
+  /// Its value when the dynamic dims take `values` (indexed as plan_view::syms): constant + Σ
+  /// its symbols' values, or nothing when that sum overflows int64.
+  std::optional<std::int64_t> value(std::span<const std::int64_t> values) const {
+    std::int64_t v = constant;
+    for (int k = 0; k < n_syms; ++k)
+      if (__builtin_add_overflow(v, values[static_cast<std::size_t>(sym[static_cast<std::size_t>(k)])], &v))
+        return std::nullopt;
+    return v;
+  }
 };
 
 /// Per node: its dims, then its two dim attributes (slice begin and size).
