@@ -68,6 +68,15 @@ template <int R, int NV>
 [[gnu::target("avx2,fma"), gnu::always_inline]] inline void tile(const float* a, i64 a_row, i64 a_k, const float* b,
                                                                i64 ldb, i64 k, float* c, i64 ldc, float alpha,
                                                                float beta, i64 w, const gemm_epilogue& e, sums s) {
+  // at the last block of K, the residual or C (beta ≠ 0) the stores will read, asked for now
+  // (as the AVX-512 tile does)
+  if (s.last && (e.residual || beta != 0.f))
+    for (int r = 0; r < R; ++r)
+      for (int v = 0; v <= NV / 2; ++v) {  // the lines of the row's 8 · NV floats (one more when not aligned)
+        const i64 j = std::min(16 * v, 8 * NV - 1);
+        if (e.residual) _mm_prefetch(reinterpret_cast<const char*>(e.residual + r * e.ldr + j), _MM_HINT_T0);
+        if (beta != 0.f) _mm_prefetch(reinterpret_cast<const char*>(c + r * ldc + j), _MM_HINT_T0);
+      }
   __m256 acc[R][NV];
 #pragma GCC unroll 3
   for (int r = 0; r < R; ++r)
