@@ -72,8 +72,8 @@ template <int R, int NV>
   // (as the AVX-512 tile does)
   if (s.last && (e.residual || beta != 0.f))
     for (int r = 0; r < R; ++r)
-      for (int v = 0; v <= NV / 2; ++v) {  // the lines of the row's 8 · NV floats (one more when not aligned)
-        const i64 j = std::min(16 * v, 8 * NV - 1);
+      for (int v = 0; v <= NV / 2; ++v) {  // the lines of the row's w columns (one more when not aligned)
+        const i64 j = std::min<i64>(16 * v, w - 1);
         if (e.residual) _mm_prefetch(reinterpret_cast<const char*>(e.residual + r * e.ldr + j), _MM_HINT_T0);
         if (beta != 0.f) _mm_prefetch(reinterpret_cast<const char*>(c + r * ldc + j), _MM_HINT_T0);
       }

@@ -68,8 +68,8 @@ template <int R, int NV>
   // tile there
   if (e.residual || beta != 0.f)
     for (int r = 0; r < R; ++r)
-      for (int v = 0; v <= NV; ++v) {  // the lines of the row's 16 · NV floats (NV + 1 when not aligned)
-        const i64 j = std::min(16 * v, 16 * NV - 1);
+      for (int v = 0; v <= NV; ++v) {  // the lines of the row's columns (NV + 1 when not aligned)
+        const i64 j = std::min(16 * v, 16 * (NV - 1) + __builtin_popcount(last) - 1);
         if (e.residual) _mm_prefetch(reinterpret_cast<const char*>(e.residual + r * e.ldr + j), _MM_HINT_T0);
         if (beta != 0.f) _mm_prefetch(reinterpret_cast<const char*>(c + r * ldc + j), _MM_HINT_T0);
       }
