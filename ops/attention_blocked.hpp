@@ -229,8 +229,13 @@ LOOM_VECTOR_CLONES void backward_entry(const problem<T>& pr, const operand<const
     T* dp = p + rows * key_block;
     T* dsum = dp + rows * key_block;  // D = rowsum(do ⊙ o)
     T* pd = dsum + rows;              // with dropout: p ⊙ m / (1 − P)
-    for (std::int64_t ri = 0; ri < rows; ++ri) dsum[ri] = lane_dot(dout.at(n, r0 + ri), pr.o.at(n, r0 + ri), pr.dv);
     const auto [klo, khi] = pr.key_span(n, r0, r1);
+    // D_i = do_i · o_i. With every key in one block and no dropout, o_i = Σ_j p_ij v_j, so D_i =
+    // Σ_j p_ij (do_i · v_j) = Σ_j p_ij dp_ij: taken below from the block's own p and dp, in the
+    // first level, instead of reading o, long evicted
+    const bool d_from_p = !pr.drop && khi - klo <= key_block;
+    if (!d_from_p)
+      for (std::int64_t ri = 0; ri < rows; ++ri) dsum[ri] = lane_dot(dout.at(n, r0 + ri), pr.o.at(n, r0 + ri), pr.dv);
     for (std::int64_t j0 = klo; j0 < khi; j0 += key_block) {
       const std::int64_t j1 = std::min(khi, j0 + key_block), w = j1 - j0;
       if (!from_panels(kt, pr.keys, rows, w, pr.d, c, pr.q.at(n, r0), pr.q.ld, j0, p, w))
@@ -256,8 +261,10 @@ LOOM_VECTOR_CLONES void backward_entry(const problem<T>& pr, const operand<const
         gemm<T>(false, true, rows, w, pr.dv, T(1), dout.at(n, r0), dout.ld, pr.v.at(n, j0), pr.v.ld, T(0), dp, w, pr.bf16);
       if (pr.drop)  // the gradient of the weights before dropout
         for (std::int64_t ri = 0; ri < rows; ++ri) pr.apply_dropout(n, r0 + ri, j0, w, dp + ri * w);
-      for (std::int64_t ri = 0; ri < rows; ++ri)  // ds = p ⊙ (dp − D)
+      for (std::int64_t ri = 0; ri < rows; ++ri) {  // ds = p ⊙ (dp − D)
+        if (d_from_p) dsum[ri] = lane_dot(p + ri * w, dp + ri * w, w);
         for (std::int64_t j = 0; j < w; ++j) dp[ri * w + j] = p[ri * w + j] * (dp[ri * w + j] - dsum[ri]);
+      }
       for (std::size_t m = 0; m < dmask.size(); ++m) {  // an added mask's gradient: ds where it lies
         T* g = dmask[m];
         if (!g) continue;

@@ -274,7 +274,7 @@ LOOM_VECTOR_CLONES void backward_small(const problem<T>& pr, const operand<const
   const T one = 1, c = static_cast<T>(pr.p->scale);  // the products' scales
   const std::int64_t d = pr.d, dv = pr.dv;
   if (n + 1 < pr.N) {  // the next entry (usually the next this thread runs)
-    for (const auto* x : {&pr.q, &pr.k, &pr.v, &pr.o, &dout}) prefetch_entry(*x, n + 1, x == &pr.k || x == &pr.v ? pr.keys : pr.rows);
+    for (const auto* x : {&pr.q, &pr.k, &pr.v, &dout}) prefetch_entry(*x, n + 1, x == &pr.k || x == &pr.v ? pr.keys : pr.rows);
     prefetch_entry(dq, n + 1, pr.rows);
     prefetch_entry(dk, n + 1, pr.keys);
     prefetch_entry(dvv, n + 1, pr.keys);
@@ -297,11 +297,12 @@ LOOM_VECTOR_CLONES void backward_small(const problem<T>& pr, const operand<const
     if (dvv.base)  // dv[j] += Σ_i p[i, j] do[i]
       combine_all<L>(w, dvv.at(n, klo), dvv.ld, true, &one, 0, pt, L, 1, nr, dout.at(n, r0), dout.ld, dv);
     if (!dq.base && !dk.base) continue;
-    T dsum_rows[L] = {};  // D = rowsum(do ⊙ o)
-    for (int i = 0; i < nr; ++i) dsum_rows[i] = lane_dot(dout.at(n, r0 + i), pr.o.at(n, r0 + i), dv);
-    const V dsum = load<L>(dsum_rows);
     load_transposed<T, L>(dout, n, r0, nr, qt);
     rows_times_block<T, L>(pr.v.at(n, klo), pr.v.ld, w, dv, qt, T(1), ds);  // dp = do vᵀ
+    // D = rowsum(do ⊙ o) = Σ_j p ⊙ dp (o = Σ_j p[i, j] v[j]: every key is in this block and
+    // there is no dropout here), from what is in the first level instead of o's rows
+    V dsum{};
+    for (std::int64_t j = 0; j < w; ++j) dsum += load<L>(pt + j * L) * load<L>(ds + j * L);
     for (std::int64_t j = 0; j < w; ++j)                                      // ds = p ⊙ (dp − D)
       store(ds + j * L, load<L>(pt + j * L) * (load<L>(ds + j * L) - dsum));
     if (dq.base)  // dq[i] += c · Σ_j ds[i, j] k[j]
