@@ -5,10 +5,32 @@
 #include <oneapi/tbb/blocked_range.h>
 #include <oneapi/tbb/parallel_for.h>
 #include <oneapi/tbb/partitioner.h>
+#include <oneapi/tbb/task_arena.h>
 
 namespace loom::detail {
 
+namespace {
+// The same pieces as TBB's with simple_partitioner, in order on the calling thread: a range
+// longer than the grain is split at begin + (end − begin) / 2 (blocked_range's split), the
+// left part first.
+void serial_chunks(std::int64_t begin, std::int64_t end, std::int64_t grain,
+                   void (*body)(void*, std::int64_t, std::int64_t), void* ctx) {
+  while (end - begin > grain) {
+    const std::int64_t middle = begin + (end - begin) / 2;
+    serial_chunks(begin, middle, grain, body, ctx);
+    begin = middle;
+  }
+  body(ctx, begin, end);
+}
+}  // namespace
+
 void run_chunks(std::int64_t n, std::int64_t grain, void (*body)(void*, std::int64_t, std::int64_t), void* ctx) {
+  // one thread to run on (an executor's arena of 1, or a global limit of 1): the pieces without
+  // TBB's tasks, which cost about 0.4% of the tiny training step [AMD EPYC Zen 4]
+  if (tbb::this_task_arena::max_concurrency() == 1) {
+    serial_chunks(0, n, grain, body, ctx);
+    return;
+  }
   tbb::parallel_for(
       tbb::blocked_range<std::int64_t>(0, n, grain),
       [&](const tbb::blocked_range<std::int64_t>& r) { body(ctx, r.begin(), r.end()); }, tbb::simple_partitioner());

@@ -1,7 +1,13 @@
 // The executor: scheduling, gradient fan-in, buffer reuse, thread-count independence.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cstring>
+#include <mutex>
+#include <utility>
+#include <vector>
+
+#include <oneapi/tbb/task_arena.h>
 
 #include "loom/loom.hpp"
 #include "loom/nn/attention.hpp"
@@ -478,4 +484,36 @@ TEST_CASE("profile: off by default, and then profile() and reset_profile() refus
   CHECK_THAT(test::message_of([&] { (void)run.profile(); }), Catch::Contains("exec_options::profile"));
   CHECK_THAT(test::message_of([&] { run.reset_profile(); }), Catch::Contains("exec_options::profile"));
   CHECK(profile_report{}.table().find("kernels") != std::string::npos);  // the header and totals, no rows
+}
+
+TEST_CASE("for_chunks cuts the same pieces on one thread as on two") {
+  // one thread takes a path of its own (no TBB tasks); the pieces must not change with it
+  auto pieces = [](int threads, std::int64_t n, std::int64_t grain) {
+    std::mutex m;
+    std::vector<std::pair<std::int64_t, std::int64_t>> out;
+    tbb::task_arena(threads).execute([&] {
+      for_chunks(n, grain, [&](std::int64_t b, std::int64_t e) {
+        const std::lock_guard<std::mutex> lock(m);
+        out.emplace_back(b, e);
+      });
+    });
+    std::sort(out.begin(), out.end());
+    return out;
+  };
+  // the documented example (core/parallel.hpp): 192 items at grain 32 are 8 chunks of 24
+  const auto doc = pieces(1, 192, 32);
+  REQUIRE(doc.size() == 8);
+  for (std::size_t i = 0; i < doc.size(); ++i)
+    CHECK(doc[i] == std::pair<std::int64_t, std::int64_t>(24 * static_cast<std::int64_t>(i), 24 * static_cast<std::int64_t>(i + 1)));
+  for (const auto& [n, grain] : std::vector<std::pair<std::int64_t, std::int64_t>>{{1000, 7}, {1, 1}, {5, 100}, {1023, 2}}) {
+    const auto one = pieces(1, n, grain);
+    CHECK(one == pieces(2, n, grain));
+    std::int64_t at = 0;  // in order, covering [0, n), none longer than the grain
+    for (const auto& [b, e] : one) {
+      CHECK(b == at);
+      CHECK(e - b <= grain);
+      at = e;
+    }
+    CHECK(at == n);
+  }
 }
