@@ -321,8 +321,7 @@ template <class PanelOf>
     const u32* panel = panel_of(j0, w, width);
     for (i64 i0 = 0; i0 < m; i0 += tile_rows_max) {
       const int rows = static_cast<int>(std::min(tile_rows_max, m - i0));
-      const gemm_epilogue e{epilogue.bias ? epilogue.bias + j0 : nullptr, epilogue.relu,
-                            epilogue.residual ? epilogue.residual + i0 * epilogue.ldr + j0 : nullptr, epilogue.ldr};
+      const gemm_epilogue e = epilogue.at(i0, j0);
       if (width == 32)
         tile_rows<2>(rows, ap + i0 * a_row, a_row, a_q, panel, width, pairs, c + i0 * ldc + j0, ldc, alpha, beta, last, e);
       else

@@ -222,7 +222,7 @@ void tiles(i64 m, i64 w, i64 width, const float* a, i64 a_row, i64 a_k, i64 a_ti
     const bool first = k0 == 0, last = k0 + kn == k;
     for (i64 i0 = 0; i0 < m; i0 += tile_rows) {
       const int rows = static_cast<int>(std::min(tile_rows, m - i0));
-      const gemm_epilogue ei{e.bias, e.relu, e.residual ? e.residual + i0 * e.ldr : nullptr, e.ldr};
+      const gemm_epilogue ei = e.at(i0, 0);
       const sums s{part ? part + i0 * 32 : nullptr, first, last};
       const float* ai = a + i0 / tile_rows * a_tile + k0 * a_k;
       if (width == 32)
@@ -272,8 +272,7 @@ void row_blocks(std::int64_t m, std::int64_t w, std::int64_t k, const float* a, 
     pack_strips(rows, k, a + i0 * a_row, a_row, a_k, strips);
     for (i64 jj = 0; jj < w; jj += 32) {
       const i64 at = j0 + jj, width = (std::min<i64>(32, n - at) + 15) / 16 * 16;
-      const gemm_epilogue ej{e.bias ? e.bias + jj : nullptr, e.relu,
-                             e.residual ? e.residual + i0 * e.ldr + jj : nullptr, e.ldr};
+      const gemm_epilogue ej = e.at(i0, jj);
       tiles(rows, std::min<i64>(32, w - jj), width, strips, 1, tile_rows, tile_rows * k, panels + at * k,
             width, k, c + i0 * ldc + jj, ldc, alpha, beta, ej);
     }

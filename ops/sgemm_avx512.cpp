@@ -215,16 +215,13 @@ void run_panels(isa_t isa, i64 tile_rows_max, const a_layout& a, i64 m, i64 n, i
     const __mmask16 last = last_lanes(w);
     const auto [p, ld] = panel(j0, w, width);
     if (isa == isa_t::avx2) {
-      const gemm_epilogue e{epilogue.bias ? epilogue.bias + j0 : nullptr, epilogue.relu,
-                            epilogue.residual ? epilogue.residual + j0 : nullptr, epilogue.ldr};
-      sgemm_avx2::panel_tiles(m, w, width, a.a, a.row, a.step, p, ld, k, c + j0, ldc, alpha, beta, e);
+      sgemm_avx2::panel_tiles(m, w, width, a.a, a.row, a.step, p, ld, k, c + j0, ldc, alpha, beta, epilogue.at(0, j0));
       continue;
     }
     for (i64 i0 = 0; i0 < m; i0 += tile_rows_max) {
       const int rows = static_cast<int>(std::min(tile_rows_max, m - i0));
       const float* at = a.a + i0 / tile_rows_max * a.tile_stride;
-      const gemm_epilogue e{epilogue.bias ? epilogue.bias + j0 : nullptr, epilogue.relu,
-                            epilogue.residual ? epilogue.residual + i0 * epilogue.ldr + j0 : nullptr, epilogue.ldr};
+      const gemm_epilogue e = epilogue.at(i0, j0);
       if (width == 32)
         tile_rows<2>(rows, at, a.row, a.step, p, ld, k, c + i0 * ldc + j0, ldc, alpha, beta, last, e);
       else tile_rows<1>(rows, at, a.row, a.step, p, ld, k, c + i0 * ldc + j0, ldc, alpha, beta, last, e);
@@ -258,8 +255,8 @@ void run_over_a(isa_t isa, bool trans_a, i64 m, i64 n, i64 k, float alpha, const
   for (i64 i0 = 0; i0 < m; i0 += block) {
     const i64 rows = std::min(block, m - i0);
     pack_strips(rows, k, a + i0, lda, tile, strips);
-    const gemm_epilogue ei{e.bias, e.relu, e.residual ? e.residual + i0 * e.ldr : nullptr, e.ldr};
-    run_panels(isa, tile, a_layout{strips, 1, tile, tile * k}, rows, n, k, alpha, panel, beta, c + i0 * ldc, ldc, ei);
+    run_panels(isa, tile, a_layout{strips, 1, tile, tile * k}, rows, n, k, alpha, panel, beta, c + i0 * ldc, ldc,
+               e.at(i0, 0));
   }
 }
 

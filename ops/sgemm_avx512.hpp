@@ -67,6 +67,13 @@ struct gemm_epilogue {
   bool relu = false;
   const float* residual = nullptr;
   std::int64_t ldr = 0;
+  /// The epilogue of the block of C that starts at row i, column j.
+  gemm_epilogue at(std::int64_t i, std::int64_t j) const {
+    gemm_epilogue e = *this;
+    if (bias) e.bias = bias + j;
+    if (residual) e.residual = residual + i * ldr + j;
+    return e;
+  }
 };
 
 /// C[M,N] = alpha · op(A) · op(B) + beta · C, then the epilogue (row-major; C is not read when beta is 0) when
