@@ -505,7 +505,8 @@ TEST_CASE("for_chunks cuts the same pieces on one thread as on two") {
   REQUIRE(doc.size() == 8);
   for (std::size_t i = 0; i < doc.size(); ++i)
     CHECK(doc[i] == std::pair<std::int64_t, std::int64_t>(24 * static_cast<std::int64_t>(i), 24 * static_cast<std::int64_t>(i + 1)));
-  for (const auto& [n, grain] : std::vector<std::pair<std::int64_t, std::int64_t>>{{1000, 7}, {1, 1}, {5, 100}, {1023, 2}}) {
+  // every case has n > grain, so that for_chunks splits (n ≤ grain calls the body directly)
+  for (const auto& [n, grain] : std::vector<std::pair<std::int64_t, std::int64_t>>{{1000, 7}, {33, 32}, {65, 32}, {1023, 2}}) {
     const auto one = pieces(1, n, grain);
     CHECK(one == pieces(2, n, grain));
     std::int64_t at = 0;  // in order, covering [0, n), none longer than the grain
