@@ -239,13 +239,15 @@ LOOM_VECTOR_CLONES void forward_small(const problem<T>& pr, T* out, T* lse, std:
   T* qt = scratch<T>(static_cast<std::size_t>((pr.d + small_keys) * L));
   T* st = qt + pr.d * L;
   const auto [klo, w] = small_scores<T, L>(pr, n, r0, nr, qt, st);
-  // the row maxima (plain loops over the lanes: GCC vectorises these)
+  // the row maxima, in one vector (GCC made the plain loop over the lanes sixteen scalar maxima
+  // per key: 0.92–0.94× the tiny model's attention forward in-process [AMD EPYC Zen 4])
   T mx[L], base[L];
-  std::fill(mx, mx + L, neg_inf);
+  V m = V{} + neg_inf;
   for (std::int64_t j = 0; j < w; ++j) {
-    const T* sj = st + j * L;
-    for (int i = 0; i < L; ++i) mx[i] = sj[i] > mx[i] ? sj[i] : mx[i];
+    const V s = load<L>(st + j * L);
+    m = s > m ? s : m;
   }
+  store(mx, m);
   for (int i = 0; i < L; ++i) base[i] = mx[i] == neg_inf ? T(0) : mx[i];  // no key to see: e^(−∞) = 0
   const V b = load<L>(base);
   V l{};
