@@ -70,13 +70,8 @@ template <int R, int NV>
                                                                float beta, i64 w, const gemm_epilogue& e, sums s) {
   // at the last block of K, the residual or C (beta ≠ 0) the stores will read, asked for now
   // (as the AVX-512 tile does)
-  if (s.last && (e.residual || beta != 0.f))
-    for (int r = 0; r < R; ++r)
-      for (int v = 0; v <= NV / 2; ++v) {  // the lines of the row's w columns (one more when not aligned)
-        const i64 j = std::min<i64>(16 * v, w - 1);
-        if (e.residual) _mm_prefetch(reinterpret_cast<const char*>(e.residual + r * e.ldr + j), _MM_HINT_T0);
-        if (beta != 0.f) _mm_prefetch(reinterpret_cast<const char*>(c + r * ldc + j), _MM_HINT_T0);
-      }
+  // (the lines of the row's w columns, one more when not aligned)
+  if (s.last) e.prefetch_reads<R, NV / 2 + 1>(c, ldc, beta, [&] { return w - 1; });
   __m256 acc[R][NV];
 #pragma GCC unroll 3
   for (int r = 0; r < R; ++r)

@@ -63,16 +63,8 @@ template <int R, int NV>
 [[gnu::target("avx512f"), gnu::always_inline]] inline void tile(const float* a, i64 a_row, i64 a_k, const float* b,
                                                                 i64 ldb, i64 k, float* c, i64 ldc, float alpha,
                                                                 float beta, __mmask16 last, const gemm_epilogue& e) {
-  // what the stores read besides the sums, asked for now: a residual (a layer's input) or C when
-  // beta ≠ 0 (a gradient being added to), read from the outer caches at the end, stalled every
-  // tile there
-  if (e.residual || beta != 0.f)
-    for (int r = 0; r < R; ++r)
-      for (int v = 0; v <= NV; ++v) {  // the lines of the row's columns (NV + 1 when not aligned)
-        const i64 j = std::min(16 * v, 16 * (NV - 1) + __builtin_popcount(last) - 1);
-        if (e.residual) _mm_prefetch(reinterpret_cast<const char*>(e.residual + r * e.ldr + j), _MM_HINT_T0);
-        if (beta != 0.f) _mm_prefetch(reinterpret_cast<const char*>(c + r * ldc + j), _MM_HINT_T0);
-      }
+  // the lines of the row's columns: NV + 1 when not aligned
+  e.prefetch_reads<R, NV + 1>(c, ldc, beta, [&] { return 16 * (NV - 1) + __builtin_popcount(last) - 1; });
   __m512 acc[R][NV];
 #pragma GCC unroll 12
   for (int r = 0; r < R; ++r)

@@ -4,6 +4,7 @@
 // both. The name is the AVX-512 kernel's, which came first. Private to ops/.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
@@ -73,6 +74,22 @@ struct gemm_epilogue {
     if (bias) e.bias = bias + j;
     if (residual) e.residual = residual + i * ldr + j;
     return e;
+  }
+  /// Asks for the lines a tile's stores will read besides its sums, before they are needed: the
+  /// residual (a layer's input) and, when beta ≠ 0, C (a gradient being added to), `Lines` lines
+  /// of each of R rows from column 0, the last one the line of column last_col() — read from
+  /// the outer caches at the end of the tile otherwise, a stall at every tile. R and Lines are
+  /// fixed at compile time (GCC 12 deleted the prefetches of loops with run-time bounds), and
+  /// last_col is called only when there is something to ask for.
+  template <int R, int Lines, class F>
+  [[gnu::always_inline]] void prefetch_reads(const float* c, std::int64_t ldc, float beta, F last_col) const {
+    if (residual || beta != 0.f)
+      for (int r = 0; r < R; ++r)
+        for (int v = 0; v < Lines; ++v) {
+          const auto j = std::min<decltype(last_col())>(16 * v, last_col());
+          if (residual) __builtin_prefetch(residual + r * ldr + j, 0, 3);
+          if (beta != 0.f) __builtin_prefetch(c + r * ldc + j, 0, 3);
+        }
   }
 };
 
