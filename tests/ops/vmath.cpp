@@ -1,11 +1,13 @@
 // The kernels' vector math (ops/vmath.hpp): lane_max (the row max of softmax, cross-entropy and
-// fused attention) and log_normal (the fused attention's row log-sum-exp in float).
+// fused attention), fold_lanes and lane_sum (the row sums of layer norm and others), and
+// log_normal (the fused attention's row log-sum-exp in float).
 #include <catch2/catch.hpp>
 
 #include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <vector>
 
@@ -37,6 +39,51 @@ TEMPLATE_TEST_CASE("lane_max finds the largest element at any position and lengt
       if (i != n / 2) expect = std::max(expect, x[static_cast<std::size_t>(i)]);
     CHECK(ops::lane_max(nan.data(), n) == expect);
   }
+}
+
+// fold_lanes (ops/vmath.hpp) adds 8 or 16 lanes in a documented order, so that a sum's bits
+// depend on its length only: with 16, lane k + 8 onto lane k, then ((l0 + l1) + (l2 + l3)) +
+// ((l4 + l5) + (l6 + l7)), then the tail. Here that order is written out on scalars and must
+// give the same bits for lanes of mixed magnitudes and signs (where another order rounds
+// differently: the first check makes sure the data can tell orders apart).
+TEMPLATE_TEST_CASE("fold_lanes adds the lanes in the documented tree order, to the bit", "", float, double) {
+  using T = TestType;
+  std::uint32_t state = 12345;
+  auto draw = [&] {
+    state = state * 1664525u + 1013904223u;
+    return state;
+  };
+  auto next = [&] {  // a full mantissa, magnitudes 2^-20 … 2^20, either sign
+    const double u = (static_cast<double>(draw()) + static_cast<double>(draw()) / 4294967296.0) / 4294967296.0;
+    const std::uint32_t r = draw();
+    const T m = static_cast<T>(1 + u);
+    return ((r >> 7) & 1 ? -m : m) * std::ldexp(T(1), static_cast<int>(r % 41) - 20);
+  };
+  auto tree8 = [](const T* l, T tail) { return ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7])) + tail; };
+  int order_matters = 0;
+  for (int trial = 0; trial < 2000; ++trial) {
+    T lane[16];
+    for (T& x : lane) x = next();
+    const T tail = next();
+    T l8[8];
+    for (int k = 0; k < 8; ++k) l8[k] = lane[k] + lane[k + 8];
+    const T want16 = tree8(l8, tail), want8 = tree8(lane, tail);
+    const T got16 = ops::fold_lanes<16>(lane, tail), got8 = ops::fold_lanes<8>(lane, tail);
+    if (std::memcmp(&got16, &want16, sizeof(T)) != 0) FAIL("16 lanes, trial " << trial << ": " << got16 << " vs " << want16);
+    if (std::memcmp(&got8, &want8, sizeof(T)) != 0) FAIL("8 lanes, trial " << trial << ": " << got8 << " vs " << want8);
+    T left = tail;  // the same numbers added left to right
+    for (int k = 0; k < 8; ++k) left += lane[k];
+    order_matters += left != want8;
+  }
+  CHECK(order_matters > 100);
+  // lane_sum: elements i and i + 16 share a lane, the last n mod 16 are the tail
+  std::vector<T> x(37);
+  for (T& v : x) v = next();
+  T lane[16] = {}, tail = 0;
+  for (int i = 0; i < 32; ++i) lane[i % 16] += x[static_cast<std::size_t>(i)];
+  for (int i = 32; i < 37; ++i) tail += x[static_cast<std::size_t>(i)];
+  const T want = ops::fold_lanes<16>(lane, tail), got = ops::lane_sum<16>(x.data(), 37);
+  CHECK(std::memcmp(&got, &want, sizeof(T)) == 0);
 }
 
 // log_normal (ops/vmath.hpp) is the fused attention's row log-sum-exp in float: ln x without a
