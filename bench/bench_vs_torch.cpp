@@ -390,10 +390,13 @@ json_line train_step(const settings& s, std::int64_t b, std::int64_t len,
       const double n = static_cast<double>(timed.dims(in[1])[0]);
       const double fwd = t.forward_s / static_cast<double>(report.forwards);
       const double bwd = report.backwards ? t.backward_s / static_cast<double>(report.backwards) : 0.0;
-      const double macs = rows * n * k, fwd_flop = (t.op == "linear_cross_entropy" ? 6 : 2) * macs;
-      std::fprintf(stderr, "%-32s %-18s %6.0f %6.0f %10.4f %10.4f %8.1f %8.1f\n", t.what.c_str(),
+      const bool head = t.op == "linear_cross_entropy";  // its backward only scales: no GFLOP/s
+      const double macs = rows * n * k, fwd_flop = (head ? 6 : 2) * macs;
+      char bwd_rate[16] = "       -";
+      if (!head && bwd > 0) std::snprintf(bwd_rate, sizeof bwd_rate, "%8.1f", 4 * macs / bwd * 1e-9);
+      std::fprintf(stderr, "%-32s %-18s %6.0f %6.0f %10.4f %10.4f %8.1f %s\n", t.what.c_str(),
                    plan.shape_text(in[0]).c_str(), k, n, 1e3 * fwd, 1e3 * bwd, fwd > 0 ? fwd_flop / fwd * 1e-9 : 0.0,
-                   bwd > 0 && t.op != "linear_cross_entropy" ? 4 * macs / bwd * 1e-9 : 0.0);
+                   bwd_rate);
     }
   }
   return j;
