@@ -95,8 +95,8 @@ inline T vexp(T x) {
 /// first; then ((l0 + l1) + (l2 + l3)) + ((l4 + l5) + (l6 + l7))), then a scalar tail added last:
 /// the order of additions depends on the length only. The tree runs in vectors, pairs of lanes
 /// added by shuffles: written on scalars, GCC stored the lanes and added them one by one from
-/// memory — most of layer norm's backward with rows of 64 (its tiny-model backward 0.92× this
-/// way, in-process [AMD EPYC Zen 4]). The same additions in the same order: the same bits.
+/// memory — most of layer norm's backward with rows of 64 (design-notes has the measurement).
+/// The same additions in the same order: the same bits.
 template <int L, class T>
 [[gnu::always_inline]] inline T fold_lanes(const T* lane, T tail) {
   static_assert(L == 8 || L == 16);
