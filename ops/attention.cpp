@@ -145,7 +145,7 @@ void backward_kernel(attention_op, const op_args<T>& a) {
   }
   const std::size_t n_groups = start.size() - 1;
   // small problems (no float mask's gradient): groups in chunks of about 2^16 multiply-adds
-  const bool small = small_path(pr) && !serial, wide = small_lanes() == 16;
+  const bool small = small_backward_path(pr) && !serial, wide = small_lanes() == 16;
   const std::int64_t per_entry = pr.rows * pr.keys * (2 * pr.d + 3 * pr.dv);
   const std::int64_t per_group = n_groups == 0 ? 0 : pr.N / static_cast<std::int64_t>(n_groups) * per_entry;
   const std::int64_t grain = small ? grain_for(per_group, std::int64_t{1} << 16) : 1;

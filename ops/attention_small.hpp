@@ -29,17 +29,29 @@ namespace fused_attention {  // named, not anonymous: the kernels' lambdas captu
 // L columns. All keys are one block, so no online
 // rescaling is needed: p = e^(s − max) / l directly. Same math and saved lse as above.
 
-// At most this many keys. Measured [AMD EPYC Zen 4]: faster than the blocked kernels with 16
-// and 32 keys (heads of 16); with 64 keys and heads of 32 (the small model) the training step
-// was 1–2% slower at 1 thread, so those stay with the blocked kernels and their GEMMs.
-constexpr std::int64_t small_keys = 32;
+// At most this many keys: small_keys in the forward, small_backward_keys in the backward.
+// Measured [AMD EPYC Zen 4]: both faster than the blocked kernels with 16 and 32 keys (heads of
+// 16). With 64 keys and heads of 32 (the small model: one process switching the path every two
+// training steps, design-notes) the forward ran in 0.76× the blocked kernels' time and the
+// backward in 1.13×, so a forward here is followed by the blocked backward there: both read the
+// same saved lse (the row's max + log of its sum), so either backward follows either forward.
+constexpr std::int64_t small_keys = 64;
+constexpr std::int64_t small_backward_keys = 32;
 
-/// Whether the small-block kernels take this problem: every key in one block, more than one
-/// query row (decoding's one row keeps the path above), no dropout. They multiply in float even
-/// when the products are bf16 (op_args::bf16), where the blocked kernels would round to bf16.
+/// Whether the small-block kernels take this problem's forward: every key in one block, more
+/// than one query row (decoding's one row keeps the path above), no dropout. They multiply in
+/// float even when the products are bf16 (op_args::bf16), where the blocked kernels round to
+/// bf16; so with bf16 products they take only what their backward takes too (a float forward's
+/// lse would not match the weights a bf16 backward recomputes: gradients off by 25% and more).
 template <class T>
 bool small_path(const problem<T>& pr) {
-  return pr.keys <= small_keys && pr.rows >= 2 && !pr.drop;
+  return pr.keys <= (pr.bf16 ? small_backward_keys : small_keys) && pr.rows >= 2 && !pr.drop;
+}
+
+/// Whether they take its backward: as small_path, with at most small_backward_keys keys.
+template <class T>
+bool small_backward_path(const problem<T>& pr) {
+  return small_path(pr) && pr.keys <= small_backward_keys;
 }
 
 /// Query rows per block of the small-block kernels, one per lane of their vectors: 16 (64-byte
@@ -281,9 +293,9 @@ LOOM_VECTOR_CLONES void backward_small(const problem<T>& pr, const operand<const
     prefetch_entry(dk, n + 1, pr.keys);
     prefetch_entry(dvv, n + 1, pr.keys);
   }
-  T* qt = scratch<T>(static_cast<std::size_t>((std::max(d, dv) + 2 * small_keys) * L));
+  T* qt = scratch<T>(static_cast<std::size_t>((std::max(d, dv) + 2 * small_backward_keys) * L));
   T* pt = qt + std::max(d, dv) * L;  // the weights, transposed (qt later holds do transposed)
-  T* ds = pt + small_keys * L;       // dp, then ds, transposed
+  T* ds = pt + small_backward_keys * L;  // dp, then ds, transposed
   for (std::int64_t r0 = 0; r0 < pr.rows; r0 += L) {
     const int nr = static_cast<int>(std::min<std::int64_t>(L, pr.rows - r0));
     const auto [klo, w] = small_scores<T, L>(pr, n, r0, nr, qt, pt);

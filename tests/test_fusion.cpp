@@ -79,7 +79,8 @@ tensor<std::int32_t> ints(dims_t d, std::vector<std::int32_t> v) { return tensor
 
 // Every mask kind over x [3, T, D]. Up to 32 keys the fused node runs its small-block kernels
 // (ops/attention.cpp: 16 query rows per vector with AVX-512, 8 without, all keys in one block);
-// past 32 the blocked ones.
+// from 33 to 64 keys the small-block forward and the blocked backward (which recomputes the
+// weights from the forward's saved lse); past 64 the blocked ones both ways.
 template <int H>
 void every_mask_kind(long T) {
   auto x = test::random_tensor<double>({3, T, D}, 3);
@@ -111,6 +112,10 @@ TEMPLATE_TEST_CASE_SIG("fused self-attention equals the primitives, with every m
 
 TEST_CASE("fused self-attention equals the primitives with every mask kind: 20 rows (a block and a ragged one)") {
   every_mask_kind<2>(20);  // small-block kernels: whole blocks of 16 (or 8) query rows and a partial one
+}
+
+TEST_CASE("fused self-attention equals the primitives with every mask kind: 48 keys (small forward, blocked backward)") {
+  every_mask_kind<2>(48);
 }
 
 TEST_CASE("fused self-attention equals the primitives with every mask kind: 70 keys (the blocked kernels)") {
@@ -153,8 +158,9 @@ TEMPLATE_TEST_CASE("the small-block attention kernels give the same bits with 8 
   auto v = input<"v", shape<dyn<"B">, fix<2>, dyn<"S">, fix<33>>>();
   auto g = make_graph(nn::attention<{.is_causal = true}>(q, k, v, nn::padding(Len{})));
   // rows (and keys): one short block of 8; a block of 8 and a ragged one; a block of 16 and a
-  // ragged one; every key the small kernels take (two blocks of 16, four of 8)
-  const long T = GENERATE(2, 13, 20, 32);
+  // ragged one; every key the small backward takes (two blocks of 16, four of 8); a forward of
+  // 48 keys (three blocks of 16, six of 8) before the blocked backward
+  const long T = GENERATE(2, 13, 20, 32, 48);
   auto rnd = [&](long cols, std::uint64_t seed) { return test::random_tensor<F>({2, 2, T, cols}, seed); };
   const tensor<F> vt = rnd(33, 52);
   const std::vector<feed> feeds{{"q", rnd(20, 50)}, {"k", rnd(20, 51)}, {"v", vt},
