@@ -43,7 +43,12 @@ namespace loom::ops {
 
 namespace {
 std::atomic<int> forced_small_lanes{0};  // 0: the CPU's choice (attention_force_small_lanes)
+std::atomic<bool> forced_blocked{false};  // attention_force_blocked
 }  // namespace
+
+void attention_force_blocked(bool blocked) { forced_blocked.store(blocked, std::memory_order_relaxed); }
+
+bool fused_attention::blocked_forced() { return forced_blocked.load(std::memory_order_relaxed); }
 
 void attention_force_small_lanes(int lanes) {
   if (lanes != 0 && lanes != 8 && lanes != 16)

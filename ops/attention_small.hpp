@@ -32,20 +32,25 @@ namespace fused_attention {  // named, not anonymous: the kernels' lambdas captu
 // At most this many keys: small_keys in the forward, small_backward_keys in the backward.
 // Measured [AMD EPYC Zen 4]: both faster than the blocked kernels with 16 and 32 keys (heads of
 // 16). With 64 keys and heads of 32 (the small model: one process switching the path every two
-// training steps, design-notes) the forward ran in 0.76× the blocked kernels' time and the
-// backward in 1.13×, so a forward here is followed by the blocked backward there: both read the
-// same saved lse (the row's max + log of its sum), so either backward follows either forward.
-constexpr std::int64_t small_keys = 64;
+// training steps) the forward ran in 0.76× the blocked kernels' time and the backward in 1.13×
+// (1.01× with eight sums in flight); with 128 keys and heads of 32 (bench_vs_torch's MHA B8 T128)
+// the forward in 0.92×; with 1024 keys and heads of 64 in 1.07× (design-notes has the figures).
+// So a forward here may be followed by the blocked backward: both read the same saved lse (the
+// row's max + log of its sum), so either backward follows either forward.
+constexpr std::int64_t small_keys = 128;
 constexpr std::int64_t small_backward_keys = 32;
 
+bool blocked_forced();  // attention_force_blocked (fused_attention.hpp); defined in ops/attention.cpp
+
 /// Whether the small-block kernels take this problem's forward: every key in one block, more
-/// than one query row (decoding's one row keeps the path above), no dropout. They multiply in
-/// float even when the products are bf16 (op_args::bf16), where the blocked kernels round to
-/// bf16; so with bf16 products they take only what their backward takes too (a float forward's
-/// lse would not match the weights a bf16 backward recomputes: gradients off by 25% and more).
+/// than one query row (decoding's one row keeps the path above), no dropout, the blocked kernels
+/// not forced. They multiply in float even when the products are bf16 (op_args::bf16), where the
+/// blocked kernels round to bf16; so with bf16 products they take only what their backward takes
+/// too (a float forward's lse would not match the weights a bf16 backward recomputes: gradients
+/// off by 25% and more).
 template <class T>
 bool small_path(const problem<T>& pr) {
-  return pr.keys <= (pr.bf16 ? small_backward_keys : small_keys) && pr.rows >= 2 && !pr.drop;
+  return !blocked_forced() && pr.keys <= (pr.bf16 ? small_backward_keys : small_keys) && pr.rows >= 2 && !pr.drop;
 }
 
 /// Whether they take its backward: as small_path, with at most small_backward_keys keys.

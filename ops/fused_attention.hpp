@@ -24,8 +24,9 @@
 //            an additive mask's gradient (when it has one) is ds summed over the axes it
 //            broadcasts along; then every entry runs in one task, in order.
 //   A row whose keys are all masked gives zeros (lse = −∞), as softmax does.
-//   At most 32 keys (and 2+ query rows, no dropout): the same math in one key block, 16 query
-//   rows per vector, the scores transposed (small-block kernels in ops/attention.cpp).
+//   At most 128 keys in the forward and 32 in the backward (and 2+ query rows, no dropout; 32 both
+//   ways with bf16 products): the same math in one key block, 16 query rows per vector, the
+//   scores transposed (small-block kernels in ops/attention.cpp).
 #pragma once
 
 #include <cstdint>
@@ -61,7 +62,13 @@ std::int64_t attention_saved(const void* params, const dims_t& out, std::span<co
 
 constexpr bool attention_reads_strided(const node_desc&, int) { return true; }
 
-/// Query rows per block of the fused node's small-block kernels (at most 32 keys): 0, the
+/// Makes every fused attention node run its blocked kernels, forward and backward (true), or
+/// lets the problem choose again (false: the small-block kernels take forwards of at most 128
+/// keys and backwards of at most 32): tests reach the blocked kernels with few keys this way.
+/// Process-wide. Private to loom (tests).
+void attention_force_blocked(bool blocked);
+
+/// Query rows per block of the fused node's small-block kernels (at most 128 keys): 0, the
 /// default, lets the CPU choose (16 with AVX-512, else 8); 8 or 16 force that many on any CPU
 /// (tests: the output and dq are the same bits with both, dk and dv equal to rounding).
 /// Process-wide; throws std::invalid_argument for any other value. Private to loom (tests).

@@ -79,8 +79,8 @@ tensor<std::int32_t> ints(dims_t d, std::vector<std::int32_t> v) { return tensor
 
 // Every mask kind over x [3, T, D]. Up to 32 keys the fused node runs its small-block kernels
 // (ops/attention.cpp: 16 query rows per vector with AVX-512, 8 without, all keys in one block);
-// from 33 to 64 keys the small-block forward and the blocked backward (which recomputes the
-// weights from the forward's saved lse); past 64 the blocked ones both ways.
+// from 33 to 128 keys the small-block forward and the blocked backward (which recomputes the
+// weights from the forward's saved lse); past 128 the blocked ones both ways.
 template <int H>
 void every_mask_kind(long T) {
   auto x = test::random_tensor<double>({3, T, D}, 3);
@@ -118,7 +118,15 @@ TEST_CASE("fused self-attention equals the primitives with every mask kind: 48 k
   every_mask_kind<2>(48);
 }
 
-TEST_CASE("fused self-attention equals the primitives with every mask kind: 70 keys (the blocked kernels)") {
+TEST_CASE("fused self-attention equals the primitives with every mask kind: 70 keys (small forward, blocked backward)") {
+  every_mask_kind<2>(70);
+}
+
+TEST_CASE("fused self-attention equals the primitives with every mask kind: 70 keys, the blocked kernels forced") {
+  struct reset_blocked {
+    ~reset_blocked() { ops::attention_force_blocked(false); }
+  } reset;
+  ops::attention_force_blocked(true);
   every_mask_kind<2>(70);
 }
 
