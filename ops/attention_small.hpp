@@ -33,8 +33,9 @@ namespace fused_attention {  // named, not anonymous: the kernels' lambdas captu
 // Measured [AMD EPYC Zen 4]: both faster than the blocked kernels with 16 and 32 keys (heads of
 // 16). With 64 keys and heads of 32 (the small model: one process switching the path every two
 // training steps) the forward ran in 0.76× the blocked kernels' time and the backward in 1.13×
-// (1.01× with eight sums in flight); with 128 keys and heads of 32 (bench_vs_torch's MHA B8 T128)
-// the forward in 0.92×; with 1024 keys and heads of 64 in 1.07× (design-notes has the figures).
+// (1.01× with eight sums in flight; under a causal mask 0.80–0.83×, hence small_backward_path);
+// with 128 keys and heads of 32 (bench_vs_torch's MHA B8 T128) the forward in 0.92×; with 1024
+// keys and heads of 64 in 1.07× (design-notes has the figures).
 // So a forward here may be followed by the blocked backward: both read the same saved lse (the
 // row's max + log of its sum), so either backward follows either forward.
 constexpr std::int64_t small_keys = 128;
@@ -53,10 +54,13 @@ bool small_path(const problem<T>& pr) {
   return !blocked_forced() && pr.keys <= (pr.bf16 ? small_backward_keys : small_keys) && pr.rows >= 2 && !pr.drop;
 }
 
-/// Whether they take its backward: as small_path, with at most small_backward_keys keys.
+/// Whether they take its backward: as small_path, with at most small_backward_keys keys; or
+/// with a causal mask over no more keys than query rows, as many as the forward takes: each
+/// block of L rows then sees only the keys up to its last row (with 64 keys, 160 of the 256
+/// that a block of all 64 rows sees), which the blocked kernels compute and mask.
 template <class T>
 bool small_backward_path(const problem<T>& pr) {
-  return small_path(pr) && pr.keys <= small_backward_keys;
+  return small_path(pr) && (pr.keys <= small_backward_keys || (pr.masks.causal && pr.keys <= pr.rows));
 }
 
 /// Query rows per block of the small-block kernels, one per lane of their vectors: 16 (64-byte
@@ -298,9 +302,9 @@ LOOM_VECTOR_CLONES void backward_small(const problem<T>& pr, const operand<const
     prefetch_entry(dk, n + 1, pr.keys);
     prefetch_entry(dvv, n + 1, pr.keys);
   }
-  T* qt = scratch<T>(static_cast<std::size_t>((std::max(d, dv) + 2 * small_backward_keys) * L));
+  T* qt = scratch<T>(static_cast<std::size_t>((std::max(d, dv) + 2 * small_keys) * L));
   T* pt = qt + std::max(d, dv) * L;  // the weights, transposed (qt later holds do transposed)
-  T* ds = pt + small_backward_keys * L;  // dp, then ds, transposed
+  T* ds = pt + small_keys * L;       // dp, then ds, transposed
   for (std::int64_t r0 = 0; r0 < pr.rows; r0 += L) {
     const int nr = static_cast<int>(std::min<std::int64_t>(L, pr.rows - r0));
     const auto [klo, w] = small_scores<T, L>(pr, n, r0, nr, qt, pt);

@@ -24,9 +24,10 @@
 //            an additive mask's gradient (when it has one) is ds summed over the axes it
 //            broadcasts along; then every entry runs in one task, in order.
 //   A row whose keys are all masked gives zeros (lse = −∞), as softmax does.
-//   At most 128 keys in the forward and 32 in the backward (and 2+ query rows, no dropout; 32 both
-//   ways with bf16 products): the same math in one key block, 16 query rows per vector, the
-//   scores transposed (small-block kernels in ops/attention.cpp).
+//   At most 128 keys in the forward and 32 in the backward, or 128 under a causal mask over no
+//   more keys than rows (and 2+ query rows, no dropout; 32 both ways with bf16 products): the
+//   same math in one key block, 16 query rows per vector, the scores transposed (small-block
+//   kernels in ops/attention.cpp).
 #pragma once
 
 #include <cstdint>
@@ -64,7 +65,8 @@ constexpr bool attention_reads_strided(const node_desc&, int) { return true; }
 
 /// Makes every fused attention node run its blocked kernels, forward and backward (true), or
 /// lets the problem choose again (false: the small-block kernels take forwards of at most 128
-/// keys and backwards of at most 32): tests reach the blocked kernels with few keys this way.
+/// keys and backwards of at most 32, or 128 under a causal mask): tests reach the blocked
+/// kernels with few keys this way.
 /// Process-wide. Private to loom (tests).
 void attention_force_blocked(bool blocked);
 

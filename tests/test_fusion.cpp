@@ -80,7 +80,8 @@ tensor<std::int32_t> ints(dims_t d, std::vector<std::int32_t> v) { return tensor
 // Every mask kind over x [3, T, D]. Up to 32 keys the fused node runs its small-block kernels
 // (ops/attention.cpp: 16 query rows per vector with AVX-512, 8 without, all keys in one block);
 // from 33 to 128 keys the small-block forward and the blocked backward (which recomputes the
-// weights from the forward's saved lse); past 128 the blocked ones both ways.
+// weights from the forward's saved lse), or the small-block backward under a causal mask (no
+// more keys than rows); past 128 the blocked ones both ways.
 template <int H>
 void every_mask_kind(long T) {
   auto x = test::random_tensor<double>({3, T, D}, 3);
@@ -114,11 +115,11 @@ TEST_CASE("fused self-attention equals the primitives with every mask kind: 20 r
   every_mask_kind<2>(20);  // small-block kernels: whole blocks of 16 (or 8) query rows and a partial one
 }
 
-TEST_CASE("fused self-attention equals the primitives with every mask kind: 48 keys (small forward, blocked backward)") {
+TEST_CASE("fused self-attention equals the primitives with every mask kind: 48 keys (small forward, either backward)") {
   every_mask_kind<2>(48);
 }
 
-TEST_CASE("fused self-attention equals the primitives with every mask kind: 70 keys (small forward, blocked backward)") {
+TEST_CASE("fused self-attention equals the primitives with every mask kind: 70 keys (small forward, either backward)") {
   every_mask_kind<2>(70);
 }
 
@@ -166,8 +167,8 @@ TEMPLATE_TEST_CASE("the small-block attention kernels give the same bits with 8 
   auto v = input<"v", shape<dyn<"B">, fix<2>, dyn<"S">, fix<33>>>();
   auto g = make_graph(nn::attention<{.is_causal = true}>(q, k, v, nn::padding(Len{})));
   // rows (and keys): one short block of 8; a block of 8 and a ragged one; a block of 16 and a
-  // ragged one; every key the small backward takes (two blocks of 16, four of 8); a forward of
-  // 48 keys (three blocks of 16, six of 8) before the blocked backward
+  // ragged one; every key the small backward takes without a causal mask (two blocks of 16, four
+  // of 8); 48 keys (three blocks of 16, six of 8), which it takes under this causal one
   const long T = GENERATE(2, 13, 20, 32, 48);
   auto rnd = [&](long cols, std::uint64_t seed) { return test::random_tensor<F>({2, 2, T, cols}, seed); };
   const tensor<F> vt = rnd(33, 52);
