@@ -44,7 +44,15 @@ namespace loom::ops {
 namespace {
 std::atomic<int> forced_small_lanes{0};  // 0: the CPU's choice (attention_force_small_lanes)
 std::atomic<bool> forced_blocked{false};  // attention_force_blocked
+// kernel calls by path (attention_paths): one relaxed increment per node run, not per entry
+std::atomic<std::int64_t> runs_small_forward{0}, runs_blocked_forward{0}, runs_small_backward{0},
+    runs_blocked_backward{0};
 }  // namespace
+
+attention_path_counts attention_paths() {
+  return {runs_small_forward.load(std::memory_order_relaxed), runs_blocked_forward.load(std::memory_order_relaxed),
+          runs_small_backward.load(std::memory_order_relaxed), runs_blocked_backward.load(std::memory_order_relaxed)};
+}
 
 void attention_force_blocked(bool blocked) { forced_blocked.store(blocked, std::memory_order_relaxed); }
 
@@ -75,6 +83,7 @@ template <class T>
 void forward_kernel(attention_op, const op_args<T>& a) {
   const problem<T> pr(a);
   if (small_path(pr)) {  // blocks of L rows, chunks of about 2^16 multiply-adds
+    runs_small_forward.fetch_add(1, std::memory_order_relaxed);
     auto run = [&]<int L>() {
       const std::int64_t blocks = (pr.rows + L - 1) / L;
       const std::int64_t grain = grain_for(L * pr.keys * (pr.d + pr.dv), std::int64_t{1} << 16);
@@ -89,6 +98,7 @@ void forward_kernel(attention_op, const op_args<T>& a) {
     else run.template operator()<8>();
     return;
   }
+  runs_blocked_forward.fetch_add(1, std::memory_order_relaxed);
   const std::int64_t blocks = (pr.rows + query_block - 1) / query_block;
   const packed_kv<T> kv(pr, blocks > 1);
   for_chunks(pr.N * blocks, 1, [&](std::int64_t b0, std::int64_t b1) {
@@ -151,6 +161,7 @@ void backward_kernel(attention_op, const op_args<T>& a) {
   const std::size_t n_groups = start.size() - 1;
   // small problems (no float mask's gradient): groups in chunks of about 2^16 multiply-adds
   const bool small = small_backward_path(pr) && !serial, wide = small_lanes() == 16;
+  (small ? runs_small_backward : runs_blocked_backward).fetch_add(1, std::memory_order_relaxed);
   const std::int64_t per_entry = pr.rows * pr.keys * (2 * pr.d + 3 * pr.dv);
   const std::int64_t per_group = n_groups == 0 ? 0 : pr.N / static_cast<std::int64_t>(n_groups) * per_entry;
   const std::int64_t grain = small ? grain_for(per_group, std::int64_t{1} << 16) : 1;

@@ -256,7 +256,7 @@ LOOM_VECTOR_CLONES void forward_small(const problem<T>& pr, T* out, T* lse, std:
     prefetch_entry(pr.k, n + 1, pr.keys);
     prefetch_entry(pr.v, n + 1, pr.keys);
   }
-  T* qt = scratch<T>(static_cast<std::size_t>((pr.d + small_keys) * L));
+  T* qt = scratch<T>(static_cast<std::size_t>((pr.d + pr.keys) * L));
   T* st = qt + pr.d * L;
   const auto [klo, w] = small_scores<T, L>(pr, n, r0, nr, qt, st);
   // the row maxima, in one vector (GCC made the plain loop over the lanes sixteen scalar maxima
@@ -302,9 +302,9 @@ LOOM_VECTOR_CLONES void backward_small(const problem<T>& pr, const operand<const
     prefetch_entry(dk, n + 1, pr.keys);
     prefetch_entry(dvv, n + 1, pr.keys);
   }
-  T* qt = scratch<T>(static_cast<std::size_t>((std::max(d, dv) + 2 * small_keys) * L));
+  T* qt = scratch<T>(static_cast<std::size_t>((std::max(d, dv) + 2 * pr.keys) * L));
   T* pt = qt + std::max(d, dv) * L;  // the weights, transposed (qt later holds do transposed)
-  T* ds = pt + small_keys * L;       // dp, then ds, transposed
+  T* ds = pt + pr.keys * L;          // dp, then ds, transposed
   for (std::int64_t r0 = 0; r0 < pr.rows; r0 += L) {
     const int nr = static_cast<int>(std::min<std::int64_t>(L, pr.rows - r0));
     const auto [klo, w] = small_scores<T, L>(pr, n, r0, nr, qt, pt);

@@ -70,6 +70,16 @@ constexpr bool attention_reads_strided(const node_desc&, int) { return true; }
 /// Process-wide. Private to loom (tests).
 void attention_force_blocked(bool blocked);
 
+/// How many times the fused node's kernels ran, by path, since the process started: tests read
+/// these before and after a run to see which kernels it took (attention_force_blocked).
+struct attention_path_counts {
+  std::int64_t small_forward = 0, blocked_forward = 0, small_backward = 0, blocked_backward = 0;
+};
+
+/// The counts so far (process-wide; one relaxed atomic increment per node run). Private to loom
+/// (tests).
+attention_path_counts attention_paths();
+
 /// Query rows per block of the fused node's small-block kernels (at most 128 keys): 0, the
 /// default, lets the CPU choose (16 with AVX-512, else 8); 8 or 16 force that many on any CPU
 /// (tests: the output and dq are the same bits with both, dk and dv equal to rounding).

@@ -6,17 +6,20 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <limits>
 #include <set>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "loom/loom.hpp"
 #include "loom/nn/attention.hpp"
 #include "loom/nn/transformer.hpp"
 #include "test_support.hpp"
 
-#include "../ops/fused_attention.hpp"  // attention_force_small_lanes
+#include "../ops/fused_attention.hpp"  // attention_force_small_lanes, _blocked, attention_paths
 
 using namespace loom;
 using test::max_rel;
@@ -115,12 +118,28 @@ TEST_CASE("fused self-attention equals the primitives with every mask kind: 20 r
   every_mask_kind<2>(20);  // small-block kernels: whole blocks of 16 (or 8) query rows and a partial one
 }
 
+// every_mask_kind at T keys, then the kernels it ran by path (ops::attention_paths): how many
+// times each path ran during it
+ops::attention_path_counts every_mask_kind_paths(long T) {
+  const ops::attention_path_counts before = ops::attention_paths();
+  every_mask_kind<2>(T);
+  const ops::attention_path_counts after = ops::attention_paths();
+  return {after.small_forward - before.small_forward, after.blocked_forward - before.blocked_forward,
+          after.small_backward - before.small_backward, after.blocked_backward - before.blocked_backward};
+}
+
 TEST_CASE("fused self-attention equals the primitives with every mask kind: 48 keys (small forward, either backward)") {
-  every_mask_kind<2>(48);
+  const ops::attention_path_counts ran = every_mask_kind_paths(48);
+  CHECK(ran.small_forward > 0);
+  CHECK(ran.blocked_forward == 0);
+  CHECK(ran.small_backward + ran.blocked_backward > 0);
 }
 
 TEST_CASE("fused self-attention equals the primitives with every mask kind: 70 keys (small forward, either backward)") {
-  every_mask_kind<2>(70);
+  const ops::attention_path_counts ran = every_mask_kind_paths(70);
+  CHECK(ran.small_forward > 0);
+  CHECK(ran.blocked_forward == 0);
+  CHECK(ran.small_backward + ran.blocked_backward > 0);
 }
 
 TEST_CASE("fused self-attention equals the primitives with every mask kind: 70 keys, the blocked kernels forced") {
@@ -128,7 +147,26 @@ TEST_CASE("fused self-attention equals the primitives with every mask kind: 70 k
     ~reset_blocked() { ops::attention_force_blocked(false); }
   } reset;
   ops::attention_force_blocked(true);
-  every_mask_kind<2>(70);
+  const ops::attention_path_counts ran = every_mask_kind_paths(70);
+  CHECK(ran.blocked_forward > 0);
+  CHECK(ran.blocked_backward > 0);
+  CHECK(ran.small_forward == 0);
+  CHECK(ran.small_backward == 0);
+}
+
+// Which backward the fused node takes at 33-128 keys: the small-block one under a causal mask
+// over no more keys than rows, the blocked one otherwise (ops/attention_small.hpp).
+TEST_CASE("fused attention at 48 keys: the causal backward takes the small-block kernels, the unmasked one the blocked") {
+  auto x = test::random_tensor<double>({2, 48, D}, 5);
+  auto paths_of = [&](const auto& g) {
+    auto p = g.template make_params<double>(3);
+    const ops::attention_path_counts before = ops::attention_paths();
+    (void)run(g, p, std::vector<feed>{{"x", x}}, {.fuse = true});
+    const ops::attention_path_counts after = ops::attention_paths();
+    return std::pair{after.small_backward - before.small_backward, after.blocked_backward - before.blocked_backward};
+  };
+  CHECK(paths_of(make_graph(nn::self_attention<"a", 2>(X{}, nn::causal))) == std::pair<std::int64_t, std::int64_t>{1, 0});
+  CHECK(paths_of(make_graph(nn::self_attention<"a", 2>(X{}))) == std::pair<std::int64_t, std::int64_t>{0, 1});
 }
 
 // Heads of 16 and more: the small-block kernels transpose q and dO in registers 16 columns at a
