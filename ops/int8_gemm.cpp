@@ -17,9 +17,16 @@
 // instructions per 64 columns: no faster than the widening); rows of weights with a horizontal
 // sum per channel at the end (1.85× float's GEMV, against this layout's 2.65×). Figures of the
 // decode case: bench/README.md.
+//
+// Without AVX512_VNNI (AVX2 CPUs, AVX-512 ones without VNNI) an AVX2 kernel reads the same
+// layout: each 32-byte pair of a block widened in two halves (channels 0–7, then 8–15) and
+// multiplied by the broadcast pair of x with vpmaddwd, whose 32-bit lanes are the same two
+// products added as vpdpwssd's (exact: at most 2 · 128 · 32767 each), then added in int32 for
+// at most exact_pairs pairs and into 64-bit totals; the same bits again.
 #include "int8_gemm.hpp"
 
 #include "cpu_features.hpp"
+#include "sgemm_avx512.hpp"  // sgemm_avx512_tiling: a run forced onto the AVX2 kernels
 
 #include <algorithm>
 #include <cmath>
@@ -33,6 +40,7 @@
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
 #define LOOM_INT8_AVX512 1
+#define LOOM_INT8_AVX2 1
 // GCC 12's widening and 256-bit extract intrinsics pass an "undefined" vector as their unused
 // merge source, which -Wmaybe-uninitialized reports once they are inlined (a false positive)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
@@ -211,11 +219,111 @@ template <int B>
   }
 }
 
-const bool has_vnni = cpu().avx512_vnni;
+#endif
 
-// Channel blocks [b0, b1) of every row: runs of finite rows through the kernel, the others alone.
-void blocks_vnni(i64 m, const float* x, i64 ldx, const quantized_rows& xq, const int8_weights& w, float* y, i64 ldy,
-                 i64 b0, i64 b1) {
+#ifdef LOOM_INT8_AVX2
+
+#define LOOM_INT8_AVX2_TARGET gnu::target("avx2")
+
+// Blocks [b0, b0 + B) of channels × rows [i, i + R) of x (all finite), as `tile` above: the
+// int32 sums of channels 16 (b0 + b) + 0–7 in acc[r][b][0], 8–15 in acc[r][b][1].
+template <int B, int R>
+[[LOOM_INT8_AVX2_TARGET]] void tile_avx2(const quantized_rows& xq, i64 i, const int8_weights& w, i64 b0, float* y,
+                                         i64 ldy) {
+  const i64 pairs = w.padded_cols / 2, used = (w.cols + 1) / 2;  // the pairs past `used` are zero
+  const std::int8_t* q = w.q + b0 * pairs * 32;
+  const std::int16_t* qx = xq.q + i * xq.stride;
+  std::int64_t total[R][B * block_rows] = {};
+  for (i64 p0 = 0; p0 < used; p0 += exact_pairs) {
+    const i64 p1 = std::min(used, p0 + exact_pairs);
+    __m256i acc[R][B][2];
+    for (int r = 0; r < R; ++r)
+      for (int b = 0; b < B; ++b) acc[r][b][0] = acc[r][b][1] = _mm256_setzero_si256();
+    for (i64 p = p0; p < p1; ++p) {
+      __m256i xv[R];
+      for (int r = 0; r < R; ++r) {
+        std::int32_t pair;
+        std::memcpy(&pair, qx + r * xq.stride + 2 * p, sizeof pair);  // qx[2p] low, qx[2p + 1] high
+        xv[r] = _mm256_set1_epi32(pair);
+      }
+      for (int b = 0; b < B; ++b) {
+        const std::int8_t* src = q + (b * pairs + p) * 32;
+        const __m256i lo = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src)));
+        const __m256i hi = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + 16)));
+        for (int r = 0; r < R; ++r) {
+          acc[r][b][0] = _mm256_add_epi32(acc[r][b][0], _mm256_madd_epi16(lo, xv[r]));
+          acc[r][b][1] = _mm256_add_epi32(acc[r][b][1], _mm256_madd_epi16(hi, xv[r]));
+        }
+      }
+    }
+    for (int r = 0; r < R; ++r)
+      for (int b = 0; b < B; ++b) {
+        alignas(32) std::int32_t lanes[block_rows];
+        _mm256_store_si256(reinterpret_cast<__m256i*>(lanes), acc[r][b][0]);
+        _mm256_store_si256(reinterpret_cast<__m256i*>(lanes + 8), acc[r][b][1]);
+        for (i64 c = 0; c < block_rows; ++c) total[r][b * block_rows + c] += lanes[c];
+      }
+  }
+  for (int r = 0; r < R; ++r) {
+    const float sx = xq.scale[i + r];
+    for (int b = 0; b < B; ++b) {
+      const i64 j = (b0 + b) * block_rows, valid = std::min(block_rows, w.rows - j);
+      for (i64 c = 0; c < valid; ++c)
+        y[r * ldy + j + c] = static_cast<float>(total[r][b * block_rows + c]) * (w.scale[j + c] * sx);
+    }
+  }
+}
+
+// Rows [i0, i1) of x, all finite, × channel blocks [b0, b1) (at most chunk_blocks); y points at
+// row i0. Pairs of rows take two blocks at a time (12 of the 16 registers), single rows four.
+[[LOOM_INT8_AVX2_TARGET]] void finite_rows_avx2(i64 i0, i64 i1, const quantized_rows& xq, const int8_weights& w,
+                                                float* y, i64 ldy, i64 b0, i64 b1) {
+  for (i64 i = i0; i < i1;) {
+    float* yi = y + (i - i0) * ldy;
+    if (i1 - i >= 2) {
+      for (i64 b = b0; b < b1; b += 2)
+        if (b1 - b >= 2) tile_avx2<2, 2>(xq, i, w, b, yi, ldy);
+        else tile_avx2<1, 2>(xq, i, w, b, yi, ldy);
+      i += 2;
+      continue;
+    }
+    switch (b1 - b0) {
+      case 1: tile_avx2<1, 1>(xq, i, w, b0, yi, ldy); break;
+      case 2: tile_avx2<2, 1>(xq, i, w, b0, yi, ldy); break;
+      case 3: tile_avx2<3, 1>(xq, i, w, b0, yi, ldy); break;
+      default: tile_avx2<4, 1>(xq, i, w, b0, yi, ldy); break;
+    }
+    ++i;
+  }
+}
+
+#endif
+
+// The kernels int8_gemm runs: AVX512_VNNI's where the CPU has it, unless the products are forced
+// onto the AVX2 kernels (LOOM_SGEMM_ISA=avx2 or sgemm_force_isa: a whole run, or the tests, on
+// AVX2), then AVX2's, else the portable loop.
+enum class int8_path { portable, avx2, vnni };
+
+int8_path chosen_path() {
+  const bool forced_avx2 = std::strcmp(sgemm_avx512_tiling().isa, "avx2") == 0;
+#ifdef LOOM_INT8_AVX512
+  if (cpu().avx512_vnni && !forced_avx2) return int8_path::vnni;
+#endif
+#ifdef LOOM_INT8_AVX2
+  if (cpu().avx2_fma) return int8_path::avx2;
+#endif
+  (void)forced_avx2;
+  return int8_path::portable;
+}
+
+// Channel blocks [b0, b1) of every row on `path`: runs of finite rows through its kernel, the
+// other rows alone through the portable loop.
+void blocks(int8_path path, i64 m, const float* x, i64 ldx, const quantized_rows& xq, const int8_weights& w, float* y,
+            i64 ldy, i64 b0, i64 b1) {
+  if (path == int8_path::portable) {
+    channels_portable(0, m, x, ldx, xq, w, y, ldy, b0 * block_rows, std::min(w.rows, b1 * block_rows));
+    return;
+  }
   for (i64 i = 0; i < m;) {
     if (!xq.finite[i]) {
       channels_portable(i, i + 1, x, ldx, xq, w, y, ldy, b0 * block_rows, std::min(w.rows, b1 * block_rows));
@@ -224,66 +332,84 @@ void blocks_vnni(i64 m, const float* x, i64 ldx, const quantized_rows& xq, const
     }
     i64 end = i;
     while (end < m && xq.finite[end]) ++end;
-    finite_rows(i, end, xq, w, y + i * ldy, ldy, b0, b1);
+#ifdef LOOM_INT8_AVX512
+    if (path == int8_path::vnni) finite_rows(i, end, xq, w, y + i * ldy, ldy, b0, b1);
+#endif
+#ifdef LOOM_INT8_AVX2
+    if (path == int8_path::avx2) finite_rows_avx2(i, end, xq, w, y + i * ldy, ldy, b0, b1);
+#endif
     i = end;
   }
 }
 
-#endif
-
-// Every row of x quantized (the header's qx and sx).
-quantized_rows quantize_x(i64 m, const float* x, i64 ldx, const int8_weights& w, bool portable) {
+// Every row of x quantized (the header's qx and sx): AVX-512 instructions on the VNNI path, the
+// portable loop on the others (the same bits).
+quantized_rows quantize_x(i64 m, const float* x, i64 ldx, const int8_weights& w, int8_path path) {
   quantized_rows r(m, w.padded_cols);
   for (i64 i = 0; i < m; ++i) {
     std::int16_t* q = r.q + i * r.stride;
 #ifdef LOOM_INT8_AVX512
-    if (!portable && has_vnni) {
+    if (path == int8_path::vnni) {
       quantize_row_vnni(x + i * ldx, w.cols, q, r.scale[i], r.finite[i]);
       continue;
     }
 #endif
     quantize_row_portable(x + i * ldx, w.cols, q, r.scale[i], r.finite[i]);
   }
-  (void)portable;
+  (void)path;
   return r;
 }
 
-}  // namespace
-
-void int8_gemm(std::int64_t m, const float* x, std::int64_t ldx, const int8_weights& w, float* y, std::int64_t ldy) {
+// int8_gemm on `path`: parallel over chunks of channel blocks.
+void product_on(int8_path path, i64 m, const float* x, i64 ldx, const int8_weights& w, float* y, i64 ldy) {
   if (m <= 0 || w.rows <= 0) return;
-  const quantized_rows xq = quantize_x(m, x, ldx, w, false);
-  const i64 blocks = (w.rows + block_rows - 1) / block_rows, chunks = (blocks + chunk_blocks - 1) / chunk_blocks;
+  const quantized_rows xq = quantize_x(m, x, ldx, w, path);
+  const i64 blocks_total = (w.rows + block_rows - 1) / block_rows;
+  const i64 chunks = (blocks_total + chunk_blocks - 1) / chunk_blocks;
   // tasks of about 2^16 multiply-adds (4 µs on one Zen 4 core): a decoding step's smaller
   // products run on their thread, without a task per chunk (the bits do not depend on it)
   const i64 grain = grain_for(chunk_blocks * block_rows * w.cols * m, i64{1} << 16);
   for_chunks(chunks, grain, [&](i64 c0, i64 c1) {
     for (i64 c = c0; c < c1; ++c) {
-      const i64 b0 = c * chunk_blocks, b1 = std::min(blocks, b0 + chunk_blocks);
-#ifdef LOOM_INT8_AVX512
-      if (has_vnni) {
-        blocks_vnni(m, x, ldx, xq, w, y, ldy, b0, b1);
-        continue;
-      }
-#endif
-      channels_portable(0, m, x, ldx, xq, w, y, ldy, b0 * block_rows, std::min(w.rows, b1 * block_rows));
+      const i64 b0 = c * chunk_blocks;
+      blocks(path, m, x, ldx, xq, w, y, ldy, b0, std::min(blocks_total, b0 + chunk_blocks));
     }
   });
+}
+
+}  // namespace
+
+void int8_gemm(std::int64_t m, const float* x, std::int64_t ldx, const int8_weights& w, float* y, std::int64_t ldy) {
+  product_on(chosen_path(), m, x, ldx, w, y, ldy);
 }
 
 void int8_gemm_portable(std::int64_t m, const float* x, std::int64_t ldx, const int8_weights& w, float* y,
                         std::int64_t ldy) {
   if (m <= 0 || w.rows <= 0) return;
-  const quantized_rows xq = quantize_x(m, x, ldx, w, true);
+  const quantized_rows xq = quantize_x(m, x, ldx, w, int8_path::portable);
   channels_portable(0, m, x, ldx, xq, w, y, ldy, 0, w.rows);
 }
 
-bool int8_gemm_vectorised() {
-#ifdef LOOM_INT8_AVX512
-  return has_vnni;
+bool int8_gemm_avx2(std::int64_t m, const float* x, std::int64_t ldx, const int8_weights& w, float* y,
+                    std::int64_t ldy) {
+#ifdef LOOM_INT8_AVX2
+  if (!cpu().avx2_fma) return false;
+  product_on(int8_path::avx2, m, x, ldx, w, y, ldy);
+  return true;
 #else
+  (void)m, (void)x, (void)ldx, (void)w, (void)y, (void)ldy;
   return false;
 #endif
 }
+
+const char* int8_gemm_kernel() {
+  switch (chosen_path()) {
+    case int8_path::vnni: return "avx512_vnni";
+    case int8_path::avx2: return "avx2";
+    default: return "portable";
+  }
+}
+
+bool int8_gemm_vectorised() { return chosen_path() != int8_path::portable; }
 
 }  // namespace loom::ops

@@ -27,15 +27,25 @@ using loom::quantize_rows;
 /// multiply-add (then times scale[j]), which
 /// carry the NaN or infinity as a float product would.
 /// x has rows of ldx floats (ldx ≥ cols), y rows of ldy. Parallel over blocks of 64 output
-/// channels (for_chunks). AVX512_VNNI's vpdpwssd where the CPU has it (with AVX512BW and DQ), a
-/// portable loop with the same bits elsewhere (correct, not fast).
+/// channels (for_chunks). AVX512_VNNI's vpdpwssd where the CPU has it (with AVX512BW and DQ),
+/// else AVX2's vpmaddwd (also where the products are forced onto the AVX2 kernels:
+/// LOOM_SGEMM_ISA=avx2, sgemm_force_isa), else a portable loop (correct, not fast); the same bits
+/// on each.
 void int8_gemm(std::int64_t m, const float* x, std::int64_t ldx, const int8_weights& w, float* y, std::int64_t ldy);
 
 /// int8_gemm as the portable loop computes it, on one thread (the same bits; for tests).
 void int8_gemm_portable(std::int64_t m, const float* x, std::int64_t ldx, const int8_weights& w, float* y,
                         std::int64_t ldy);
 
-/// Whether int8_gemm runs its AVX512_VNNI kernel on this CPU.
+/// int8_gemm on its AVX2 kernel whatever the CPU's choice (the same bits; for tests and
+/// benchmarks). False, having touched nothing, when the CPU has no AVX2.
+bool int8_gemm_avx2(std::int64_t m, const float* x, std::int64_t ldx, const int8_weights& w, float* y,
+                    std::int64_t ldy);
+
+/// The kernel int8_gemm runs now: "avx512_vnni", "avx2" or "portable".
+const char* int8_gemm_kernel();
+
+/// Whether int8_gemm runs a vector kernel (AVX512_VNNI or AVX2) now.
 bool int8_gemm_vectorised();
 
 }  // namespace loom::ops

@@ -54,12 +54,17 @@ float reference_output(const float* x, i64 cols, const ops::int8_matrix& w, i64 
   return static_cast<float>(s) * (w.scale[static_cast<std::size_t>(j)] * sx);
 }
 
-// y = x · (scale ∘ q)ᵀ through int8_gemm, x [m, ldx], y [m, ldy].
+// Which of int8_gemm's kernels a product runs on: the CPU's choice, the portable loop, AVX2's.
+enum class kernel { chosen, portable, avx2 };
+
+// y = x · (scale ∘ q)ᵀ through int8_gemm, x [m, ldx], y [m, ldy]. kernel::avx2 on a CPU
+// without AVX2: y as the portable loop makes it (nothing to compare).
 std::vector<float> product(i64 m, const std::vector<float>& x, i64 ldx, const ops::int8_matrix& w, i64 ldy,
-                           bool portable = false) {
+                           kernel on = kernel::chosen) {
   std::vector<float> y(static_cast<std::size_t>(m * ldy), -7.f);  // what is not written stays -7
-  if (portable) ops::int8_gemm_portable(m, x.data(), ldx, w.view(), y.data(), ldy);
-  else ops::int8_gemm(m, x.data(), ldx, w.view(), y.data(), ldy);
+  if (on == kernel::portable || (on == kernel::avx2 && !ops::int8_gemm_avx2(m, x.data(), ldx, w.view(), y.data(), ldy)))
+    ops::int8_gemm_portable(m, x.data(), ldx, w.view(), y.data(), ldy);
+  else if (on == kernel::chosen) ops::int8_gemm(m, x.data(), ldx, w.view(), y.data(), ldy);
   return y;
 }
 
@@ -180,8 +185,10 @@ TEST_CASE("int8: int8_gemm is the header's exact integer sum, and within the qua
       }
 }
 
-TEST_CASE("int8: the vector kernel and the portable loop give the same bits, rows alone or together") {
-  INFO("vectorised on this CPU: " << ops::int8_gemm_vectorised());
+// The CPU's kernel (AVX512_VNNI's, AVX2's or the portable loop) and AVX2's, each against the
+// portable loop.
+TEST_CASE("int8: the vector kernels and the portable loop give the same bits, rows alone or together") {
+  INFO("the CPU's kernel: " << ops::int8_gemm_kernel());
   for (i64 k : {7, 64, 300, 1537}) {
     const i64 n = 37, m = 11;
     auto w = random_floats(n * k, 50 + k, -1, 1);
@@ -193,12 +200,20 @@ TEST_CASE("int8: the vector kernel and the portable loop give the same bits, row
     x[static_cast<std::size_t>(8 * k)] = std::numeric_limits<float>::quiet_NaN();            // finite
     const auto q = ops::quantize_rows(w.data(), n, k, "w");
     const auto together = product(m, x, k, q, n);
-    const auto portable = product(m, x, k, q, n, true);
-    for (i64 e = 0; e < m * n; ++e) REQUIRE(same(together[static_cast<std::size_t>(e)], portable[static_cast<std::size_t>(e)]));
-    for (i64 i = 0; i < m; ++i) {  // row by row
+    const auto portable = product(m, x, k, q, n, kernel::portable);
+    const auto avx2 = product(m, x, k, q, n, kernel::avx2);
+    for (i64 e = 0; e < m * n; ++e) {
+      REQUIRE(same(together[static_cast<std::size_t>(e)], portable[static_cast<std::size_t>(e)]));
+      REQUIRE(same(avx2[static_cast<std::size_t>(e)], portable[static_cast<std::size_t>(e)]));
+    }
+    for (i64 i = 0; i < m; ++i) {  // row by row (the AVX2 kernel's tiles of one row, not two)
       std::vector<float> xi(x.begin() + i * k, x.begin() + (i + 1) * k);
       const auto alone = product(1, xi, k, q, n);
-      for (i64 j = 0; j < n; ++j) REQUIRE(same(alone[static_cast<std::size_t>(j)], together[static_cast<std::size_t>(i * n + j)]));
+      const auto alone_avx2 = product(1, xi, k, q, n, kernel::avx2);
+      for (i64 j = 0; j < n; ++j) {
+        REQUIRE(same(alone[static_cast<std::size_t>(j)], together[static_cast<std::size_t>(i * n + j)]));
+        REQUIRE(same(alone_avx2[static_cast<std::size_t>(j)], together[static_cast<std::size_t>(i * n + j)]));
+      }
     }
     for (i64 j = 0; j < n; ++j) {
       CHECK(together[static_cast<std::size_t>(4 * n + j)] == 0.f);      // zeros in, zeros out
@@ -217,10 +232,12 @@ TEST_CASE("int8: the largest products over many columns do not overflow") {
     const std::vector<float> w(static_cast<std::size_t>(2 * k), -0.5f);
     const std::vector<float> x(static_cast<std::size_t>(k), 3.f);
     const auto q = ops::quantize_rows(w.data(), 2, k, "w");
-    const auto y = product(1, x, k, q, 2);
     const float want = static_cast<float>(-k * 127 * 32767LL) * (q.scale[0] * (3.f / 32767.f));
-    CHECK(same(y[0], want));
-    CHECK(std::fabs(y[0] - (-1.5 * k)) <= 1e-5 * 1.5 * k);
+    for (kernel on : {kernel::chosen, kernel::avx2, kernel::portable}) {
+      const auto y = product(1, x, k, q, 2, on);
+      CHECK(same(y[0], want));
+      CHECK(std::fabs(y[0] - (-1.5 * k)) <= 1e-5 * 1.5 * k);
+    }
   }
 }
 
