@@ -50,6 +50,10 @@
 // exec_options::profile, and their kernel time by op on stderr (profile_report::table), then
 // each linear layer's time and its products' GFLOP/s.
 //
+// --tiling: the float GEMM's ISA and tile on this CPU (and a fresh timing of the AVX-512 tiles),
+// and the kernel of the int8 weight products ("avx512_vnni", "avx2" or "portable"); the script
+// puts that line in its table's CPU field.
+//
 // Without --case, runs every case and prints a table; with --json, prints one JSON line per case.
 #include <oneapi/tbb/global_control.h>
 #include <immintrin.h>
@@ -719,8 +723,8 @@ int main(int argc, char** argv) {
       s.profile = true;
     else if (!std::strcmp(argv[i], "--tiling")) {  // loom's float GEMM tile on this CPU (sgemm_avx512.hpp)
       const auto t = ops::sgemm_avx512_tiling();
-      std::printf("%s, tiles of %d rows x 32 columns (%s; AVX-512 timed now: %d rows)\n", t.isa, t.rows, t.how,
-                  ops::sgemm_avx512_measure_tile_rows());
+      std::printf("%s, tiles of %d rows x 32 columns (%s; AVX-512 timed now: %d rows); int8 weight products: %s\n",
+                  t.isa, t.rows, t.how, ops::sgemm_avx512_measure_tile_rows(), ops::int8_gemm_kernel());
       return 0;
     } else if (!std::strcmp(argv[i], "--list")) {
       for (const auto& c : cases()) std::printf("%s\n", c.name.c_str());
