@@ -225,6 +225,45 @@ template <int B>
 
 #define LOOM_INT8_AVX2_TARGET gnu::target("avx2")
 
+// quantize_row_portable in eight lanes (the same bits: the largest magnitude is exact in any
+// order, and x / sx rounded by the MXCSR is nearbyint's rounding to nearest even).
+[[LOOM_INT8_AVX2_TARGET]] void quantize_row_avx2(const float* x, i64 cols, std::int16_t* q, float& sx,
+                                                 std::uint8_t& finite) {
+  const __m256 zero = _mm256_setzero_ps(), magnitude = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFF'FFFF));
+  __m256 largest = zero, probe = zero;  // probe: Σ x · 0, a NaN when some x is not finite
+  i64 k = 0;
+  for (; k + 8 <= cols; k += 8) {
+    const __m256 v = _mm256_loadu_ps(x + k);
+    largest = _mm256_max_ps(largest, _mm256_and_ps(v, magnitude));
+    probe = _mm256_add_ps(probe, _mm256_mul_ps(v, zero));
+  }
+  alignas(32) float lanes_largest[8], lanes_probe[8];
+  _mm256_store_ps(lanes_largest, largest);
+  _mm256_store_ps(lanes_probe, probe);
+  float row_largest = 0;
+  for (int l = 0; l < 8; ++l) {
+    if (std::isnan(lanes_probe[l])) return;  // finite stays 0: the float fallback computes this row
+    row_largest = std::max(row_largest, lanes_largest[l]);
+  }
+  for (i64 t = k; t < cols; ++t) {
+    if (!std::isfinite(x[t])) return;
+    row_largest = std::max(row_largest, std::fabs(x[t]));
+  }
+  finite = 1;
+  sx = row_largest / qx_max;
+  if (sx == 0) return;  // qx stays 0
+  const __m256 scale = _mm256_set1_ps(sx);
+  const __m256i hi = _mm256_set1_epi32(32767), lo = _mm256_set1_epi32(-32767);
+  for (k = 0; k + 8 <= cols; k += 8) {
+    const __m256i t = _mm256_cvtps_epi32(_mm256_div_ps(_mm256_loadu_ps(x + k), scale));
+    const __m256i c = _mm256_max_epi32(_mm256_min_epi32(t, hi), lo);
+    // narrowed in each 128-bit half (values in range), the halves' low 64 bits gathered
+    const __m256i packed = _mm256_permute4x64_epi64(_mm256_packs_epi32(c, c), 0x08);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(q + k), _mm256_castsi256_si128(packed));
+  }
+  for (; k < cols; ++k) q[k] = static_cast<std::int16_t>(std::clamp(std::nearbyint(x[k] / sx), -qx_max, qx_max));
+}
+
 // Blocks [b0, b0 + B) of channels × rows [i, i + R) of x (all finite), as `tile` above: the
 // int32 sums of channels 16 (b0 + b) + 0–7 in acc[r][b][0], 8–15 in acc[r][b][1].
 template <int B, int R>
@@ -342,8 +381,8 @@ void blocks(int8_path path, i64 m, const float* x, i64 ldx, const quantized_rows
   }
 }
 
-// Every row of x quantized (the header's qx and sx): AVX-512 instructions on the VNNI path, the
-// portable loop on the others (the same bits).
+// Every row of x quantized (the header's qx and sx): AVX-512 instructions on the VNNI path, AVX2
+// on the AVX2 path, the portable loop on the portable one (the same bits).
 quantized_rows quantize_x(i64 m, const float* x, i64 ldx, const int8_weights& w, int8_path path) {
   quantized_rows r(m, w.padded_cols);
   for (i64 i = 0; i < m; ++i) {
@@ -351,6 +390,12 @@ quantized_rows quantize_x(i64 m, const float* x, i64 ldx, const int8_weights& w,
 #ifdef LOOM_INT8_AVX512
     if (path == int8_path::vnni) {
       quantize_row_vnni(x + i * ldx, w.cols, q, r.scale[i], r.finite[i]);
+      continue;
+    }
+#endif
+#ifdef LOOM_INT8_AVX2
+    if (path == int8_path::avx2) {
+      quantize_row_avx2(x + i * ldx, w.cols, q, r.scale[i], r.finite[i]);
       continue;
     }
 #endif
