@@ -90,6 +90,17 @@ void quantize_row_portable(const float* x, i64 cols, std::int16_t* q, float& sx,
     q[k] = static_cast<std::int16_t>(std::clamp(std::nearbyint(x[k] / sx), -qx_max, qx_max));
 }
 
+// A vector quantization's lanes reduced (a maximum and a NaN test, exact in any order): false
+// when some lane's probe Σ x · 0 is a NaN (an x not finite), else the largest magnitude.
+bool lanes_finite_largest(const float* largest, const float* probe, int lanes, float& row_largest) {
+  row_largest = 0;
+  for (int l = 0; l < lanes; ++l) {
+    if (std::isnan(probe[l])) return false;
+    row_largest = std::max(row_largest, largest[l]);
+  }
+  return true;
+}
+
 // Rows [i0, i1) of x × channels [j0, j1), one output at a time: the exact sum, or for a row
 // that is not finite the header's fallback (float products in k order, times scale).
 void channels_portable(i64 i0, i64 i1, const float* x, i64 ldx, const quantized_rows& xq, const int8_weights& w,
@@ -124,16 +135,13 @@ void channels_portable(i64 i0, i64 i1, const float* x, i64 ldx, const quantized_
     largest = _mm512_max_ps(largest, _mm512_abs_ps(v));
     probe = _mm512_add_ps(probe, _mm512_mul_ps(v, zero));
   }
-  // the lanes reduced here (GCC 12's _mm512_reduce_* intrinsics warn of their own undefined
-  // vectors): a maximum and a NaN test, exact in any order
+  // the lanes reduced in memory (GCC 12's _mm512_reduce_* intrinsics warn of their own
+  // undefined vectors)
   alignas(64) float lanes_largest[16], lanes_probe[16];
   _mm512_store_ps(lanes_largest, largest);
   _mm512_store_ps(lanes_probe, probe);
-  float row_largest = 0;
-  for (int l = 0; l < 16; ++l) {
-    if (std::isnan(lanes_probe[l])) return;
-    row_largest = std::max(row_largest, lanes_largest[l]);
-  }
+  float row_largest;
+  if (!lanes_finite_largest(lanes_largest, lanes_probe, 16, row_largest)) return;
   finite = 1;
   sx = row_largest / qx_max;
   if (sx == 0) return;
@@ -240,11 +248,8 @@ template <int B>
   alignas(32) float lanes_largest[8], lanes_probe[8];
   _mm256_store_ps(lanes_largest, largest);
   _mm256_store_ps(lanes_probe, probe);
-  float row_largest = 0;
-  for (int l = 0; l < 8; ++l) {
-    if (std::isnan(lanes_probe[l])) return;  // finite stays 0: the float fallback computes this row
-    row_largest = std::max(row_largest, lanes_largest[l]);
-  }
+  float row_largest;
+  if (!lanes_finite_largest(lanes_largest, lanes_probe, 8, row_largest)) return;  // finite stays 0
   for (i64 t = k; t < cols; ++t) {
     if (!std::isfinite(x[t])) return;
     row_largest = std::max(row_largest, std::fabs(x[t]));
