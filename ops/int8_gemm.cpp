@@ -460,6 +460,4 @@ const char* int8_gemm_kernel() {
   }
 }
 
-bool int8_gemm_vectorised() { return chosen_path() != int8_path::portable; }
-
 }  // namespace loom::ops

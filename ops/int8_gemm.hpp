@@ -45,7 +45,4 @@ bool int8_gemm_avx2(std::int64_t m, const float* x, std::int64_t ldx, const int8
 /// The kernel int8_gemm runs now: "avx512_vnni", "avx2" or "portable".
 const char* int8_gemm_kernel();
 
-/// Whether int8_gemm runs a vector kernel (AVX512_VNNI or AVX2) now.
-bool int8_gemm_vectorised();
-
 }  // namespace loom::ops

@@ -68,6 +68,13 @@ std::vector<float> product(i64 m, const std::vector<float>& x, i64 ldx, const op
   return y;
 }
 
+// Whether this CPU runs int8_gemm's AVX2 kernel (else kernel::avx2 runs the portable loop).
+bool avx2_kernel_here() {
+  const std::vector<float> one{1.f};
+  const auto q = ops::quantize_rows(one.data(), 1, 1, "w");
+  float y = 0;
+  return ops::int8_gemm_avx2(1, one.data(), 1, q.view(), &y, 1);
+}
 
 // The executor tests' graph: x [B, 40] → relu(nn::linear "l1", 24 outputs: a fused linear) →
 // · W2ᵀ ("w2" [24, 24], no bias: matmul<false, true>), so both kinds of weight product; its
@@ -189,6 +196,7 @@ TEST_CASE("int8: int8_gemm is the header's exact integer sum, and within the qua
 // portable loop.
 TEST_CASE("int8: the vector kernels and the portable loop give the same bits, rows alone or together") {
   INFO("the CPU's kernel: " << ops::int8_gemm_kernel());
+  if (!avx2_kernel_here()) WARN("no AVX2 here: the AVX2 kernel's comparisons below compare the portable loop with itself");
   for (i64 k : {7, 64, 300, 1537}) {
     const i64 n = 37, m = 11;
     auto w = random_floats(n * k, 50 + k, -1, 1);
