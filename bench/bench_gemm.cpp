@@ -36,6 +36,12 @@ const shape shapes[] = {
     {"small_dx", false, false, 256, 256, 1024},   {"small_dw", true, false, 256, 256, 1024},
     {"attn_block", false, true, 128, 256, 64},    {"attn_pv", false, false, 128, 64, 256},
     {"cube", false, false, 1024, 1024, 1024},
+    // beyond N and K of 1024: a d = 512 model's QKV (N 1536) and FFN (2048), their input and weight
+    // gradients (K 1536 and 2048 in 256-row chunks), a 4096-wide FFN's down projection, a 32k-token lm head
+    {"wide_qkv", false, true, 256, 1536, 512},    {"wide_dx", false, false, 256, 512, 1536},
+    {"wide_dw", true, false, 1536, 512, 1024},    {"ffn2048_up", false, true, 256, 2048, 512},
+    {"ffn2048_down", false, true, 256, 512, 2048}, {"ffn4096_down", false, true, 256, 1024, 4096},
+    {"lm_head_32k", false, true, 256, 32000, 512},
 };
 
 // Whose product a case measures: loom's float GEMM with the instructions and tile this CPU chose,

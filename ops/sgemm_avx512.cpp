@@ -23,6 +23,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
+#include <limits>
 #include <stdexcept>
 #include <string>
 #include <cstdint>
@@ -53,8 +54,12 @@ using avx512_packing::pack_rows;
 using avx512_packing::pack_strips;
 using avx512_packing::pack_transposed;
 
-// The largest N and K it takes (see sgemm_avx512.hpp).
-constexpr i64 max_n = 1024, max_k = 1024;
+// The largest N and K it takes (see sgemm_avx512.hpp): any N (the columns are independent), K up
+// to 4096 (a panel of [4096, 32] floats is 512 KiB, within every second-level cache it met).
+// op(B) is packed whole once (sgemm_packed_b) only up to max_packed floats; wider operands are
+// packed a panel at a time by each product, as OpenBLAS would (the same bits).
+constexpr i64 max_n = std::numeric_limits<int>::max(), max_k = 4096;
+constexpr i64 max_packed = i64{1} << 20;
 
 // R rows × 16·NV columns of C from op(A) (element (i, k) at a[i·a_row + k·a_k]) and a panel of
 // op(B) (row k at b + k·ldb, 16·NV floats readable); `last` masks the columns of the last
@@ -170,10 +175,14 @@ i64 tile_rows_for(isa_t isa);
 // do not repay the copy) it is copied. Other strides read in place were faster than the copy on
 // AMD EPYC (Zen 4), bench_gemm 1 thread: tiny_dw 108 → 116 GFLOP/s, tiny_dx 113 → 116, small_dx
 // 111 → 114, row strides of 256–768 floats 1–4% faster; a stride of 1024 floats 4% slower.
+// A panel whose K rows span more than 1 MiB of B (k · ldb > 2^18 floats) is copied too: its 2·K
+// lines then share too few second-level sets — on an Intel Xeon (family 6 model 207), bench_gemm
+// 1 thread, in place → copied: wide_dx ([256, 1536] · [1536, 512]) 61 → 142 GFLOP/s, wide_dw
+// ([1024, 1536]ᵀ · [1024, 512]) 71 → 134, while the shapes above (spans up to 1 MiB) stay as they were.
 // The AVX2 kernel always copies: its tiles of 3 rows read each panel row for fewer FMAs (same
 // CPU, forced AVX2, GFLOP/s in place → copied: tiny_dx 85.6 → 105.7, small_dx 88.6 → 109.7)
-bool packs_b(isa_t isa, bool trans_b, i64 m, i64 n, i64 ldb) {
-  return isa == isa_t::avx2 || trans_b || n % 16 != 0 || (m > 32 && ldb % 1024 == 0);
+bool packs_b(isa_t isa, bool trans_b, i64 m, i64 n, i64 k, i64 ldb) {
+  return isa == isa_t::avx2 || trans_b || n % 16 != 0 || (m > 32 && (ldb % 1024 == 0 || k * ldb > (i64{1} << 18)));
 }
 
 // The panel of columns [j0, j0 + w) of op(B) into panel, `width` (16 or 32) wide, either ISA.
@@ -263,7 +272,7 @@ bool product(bool trans_a, bool trans_b, i64 m, i64 n, i64 k, float alpha, const
   if (isa == isa_t::avx2 && m > sgemm_avx2::many_rows && n > panel_cols)  // in row blocks (sgemm_avx2::row_blocks)
     if (const sgemm_packed_b pb(trans_b, n, k, b, ldb); pb.packed())
       return sgemm_avx512(trans_a, m, alpha, a, lda, pb, beta, c, ldc, epilogue);
-  const bool pack = packs_b(isa, trans_b, m, n, ldb);
+  const bool pack = packs_b(isa, trans_b, m, n, k, ldb);
   thread_local std::vector<float> buffer;  // nothing else runs on this thread until the product is done
   float* const panel_buffer = pack ? line_aligned(buffer, k * panel_cols) : nullptr;
   const auto panel = [&](i64 j0, i64 w, i64 width) -> std::pair<const float*, i64> {
@@ -428,7 +437,8 @@ sgemm_packed_b::sgemm_packed_b(bool trans_b, std::int64_t n, std::int64_t k, con
     : trans_(trans_b), n_(n), k_(k), b_(b), ldb_(ldb) {
   // as for a product of many rows; the bits do not depend on whether it is packed
   const isa_t isa = chosen_isa();
-  if (!sgemm_avx512_takes(false, trans_b, 1, n, k) || !packs_b(isa, trans_b, max_n, n, ldb)) return;
+  if (!sgemm_avx512_takes(false, trans_b, 1, n, k) || n * k > max_packed || !packs_b(isa, trans_b, max_n, n, k, ldb))
+    return;
   storage_ = take_packing_buffer<float>();
   float* const out = line_aligned(storage_, sgemm_panels_size(n, k));
   for_chunks((n + panel_cols - 1) / panel_cols, grain_for(k * panel_cols, 1 << 16),

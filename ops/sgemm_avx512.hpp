@@ -1,5 +1,7 @@
-// loom's own single-precision GEMM for the layer-sized products of loom's models (N and K up to
-// 1024), where OpenBLAS 0.3.21 repacks both operands at every call: AVX-512 tiles where the CPU
+// loom's own single-precision GEMM for the products of loom's models (any N, K up to 4096),
+// where OpenBLAS 0.3.21 repacks both operands at every call and, on CPUs newer than it, may not
+// recognise the CPU at all (an Intel Xeon, family 6 model 207: its SSE3 kernel, 31 GFLOP/s at
+// 1024³ against 138 with OPENBLAS_CORETYPE=SkylakeX): AVX-512 tiles where the CPU
 // has AVX-512, AVX2 + FMA tiles (ops/sgemm_avx2.hpp) where it has only those, the same bits on
 // both. The name is the AVX-512 kernel's, which came first. Private to ops/.
 #pragma once
@@ -94,7 +96,7 @@ struct gemm_epilogue {
 };
 
 /// C[M,N] = alpha · op(A) · op(B) + beta · C, then the epilogue (row-major; C is not read when beta is 0) when
-/// the CPU has AVX-512 or AVX2 + FMA (sgemm_avx512_tiling) and the shape suits: 16 ≤ N ≤ 1024, 1 ≤ K ≤ 1024, not both operands
+/// the CPU has AVX-512 or AVX2 + FMA (sgemm_avx512_tiling) and the shape suits: N ≥ 16, 1 ≤ K ≤ 4096, not both operands
 /// transposed. Returns false, having touched nothing, otherwise (the caller
 /// then asks the BLAS).
 ///
@@ -108,8 +110,9 @@ bool sgemm_avx512(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, st
 
 /// op(B) [K, N] of sgemm_avx512 packed once in the kernel's panels, for the row chunks of one
 /// product that share it (a layer's weight, read by every chunk of its rows; the packing is split
-/// over the threads). Packed when the kernel would pack it (transposed, N not a multiple of 16, or
-/// a row stride that is a multiple of 1024 floats) and takes its shape; otherwise the products
+/// over the threads). Packed when the kernel would pack it (transposed, N not a multiple of 16, a
+/// row stride that is a multiple of 1024 floats, or K rows spanning more than 2^18 floats), takes
+/// its shape and it is at most 2^20 floats; otherwise the products
 /// read b in place, as sgemm_avx512 does. Read-only once made: products on other threads may
 /// share it. Holds b's address, so b must outlive it, unchanged. Its buffer comes from a pool
 /// (ops/packing_pool.hpp).
