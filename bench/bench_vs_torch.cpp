@@ -44,11 +44,14 @@
 // so that a repetition lasts about 0.2 s (--quick: 0.03 s). Wall time (std::chrono::steady_clock).
 //
 //   bench_vs_torch [--case NAME] [--threads N] [--json] [--quick] [--memory-plan] [--profile] [--list]
-//                  [--tiling]
+//                  [--tiling] [--keep-subnormals]
 //
 // --profile: after a training case, ten more steps (after three of warm-up) on an executor with
 // exec_options::profile, and their kernel time by op on stderr (profile_report::table), then
-// each linear layer's time and its products' GFLOP/s.
+// each linear layer's time and its products' GFLOP/s; after an MHA case, the same for ten calls.
+//
+// --keep-subnormals: loom's executors keep subnormal numbers (exec_options::subnormals =
+// subnormal_mode::keep) instead of flushing them, float's default: to measure what flushing saves.
 //
 // --tiling: the float GEMM's ISA and tile on this CPU (and a fresh timing of the AVX-512 tiles),
 // and the kernel of the int8 weight products ("avx512_vnni", "avx2" or "portable"); the script
@@ -98,6 +101,7 @@ struct settings {
   bool quick = false;
   bool memory_plan = false;  // print the training steps' memory plans (stderr)
   bool profile = false;      // print where the training steps' time goes, by op (stderr)
+  subnormal_mode subnormals = subnormal_mode::automatic;  // --keep-subnormals: subnormal_mode::keep
   int warmup_calls() const { return quick ? 1 : 3; }
   double warmup_seconds() const { return quick ? 0.05 : 0.3; }
   int repetitions() const { return quick ? 3 : 7; }
@@ -233,14 +237,31 @@ auto x_input() {
   return input<"x", shape<dyn<"B">, dyn<"T">, fix<D>>>();
 }
 
+/// --profile for the MHA cases: `calls` ten times (after three of warm-up) on `timed`, an
+/// executor with exec_options::profile, and its kernel time by op on stderr.
+template <class Executor, class Call>
+void print_profile(Executor& timed, Call calls) {
+  for (int i = 0; i < 3; ++i) calls();
+  timed.reset_profile();
+  for (int i = 0; i < 10; ++i) calls();
+  std::fprintf(stderr, "%s", timed.profile().table(16).c_str());
+}
+
 template <long D, int H>
 json_line mha_forward(const settings& s, std::int64_t b, std::int64_t t,
                       compute_precision precision = compute_precision::f32) {
   auto g = make_graph(nn::self_attention<"attn", H>(x_input<D>()));  // [B, T, d]
   auto params = g.template make_params<float>(42);
-  auto run = g.template executor<float>(params, {.threads = s.threads, .inference = true, .precision = precision});
+  auto run = g.template executor<float>(
+      params, {.threads = s.threads, .inference = true, .precision = precision, .subnormals = s.subnormals});
   const auto x = random_tensor({b, t, D}, 7);
   auto j = time_calls(s, [&] { run.forward({{"x", x}}); }).json();
+  if (s.profile) {
+    auto timed = g.template executor<float>(
+        params,
+        {.threads = s.threads, .inference = true, .precision = precision, .profile = true, .subnormals = s.subnormals});
+    print_profile(timed, [&] { timed.forward({{"x", x}}); });
+  }
   return j.num("flop", mha_flop(static_cast<double>(b), static_cast<double>(t), D));
 }
 
@@ -249,13 +270,22 @@ json_line mha_forward_backward(const settings& s, std::int64_t b, std::int64_t t
                                compute_precision precision = compute_precision::f32) {
   auto g = make_graph(sum(nn::self_attention<"attn", H>(x_input<D>())));  // backward of sum(out)
   auto params = g.template make_params<float>(42);
-  auto run = g.template executor<float>(params, {.threads = s.threads, .precision = precision});
+  auto run =
+      g.template executor<float>(params, {.threads = s.threads, .precision = precision, .subnormals = s.subnormals});
   const auto x = random_tensor({b, t, D}, 7);
   const auto timed = time_calls(s, [&] {
     run.forward({{"x", x}});
     run.backward();
   });
   auto j = timed.json();
+  if (s.profile) {
+    auto profiled = g.template executor<float>(
+        params, {.threads = s.threads, .precision = precision, .profile = true, .subnormals = s.subnormals});
+    print_profile(profiled, [&] {
+      profiled.forward({{"x", x}});
+      profiled.backward();
+    });
+  }
   return j.num("flop", 3 * mha_flop(static_cast<double>(b), static_cast<double>(t), D));
 }
 
@@ -276,7 +306,8 @@ json_line gqa(const settings& s, bool backward, std::int64_t b, std::int64_t t) 
   const double rss_before = peak_rss_mib();
   auto g = make_graph(sum(nn::attention<{.is_causal = true, .enable_gqa = true}>(q, k, v)));
   param_store<float> none;
-  auto run = g.executor<float>(none, {.threads = s.threads, .input_grads = backward, .inference = !backward});
+  auto run = g.executor<float>(
+      none, {.threads = s.threads, .input_grads = backward, .inference = !backward, .subnormals = s.subnormals});
   const auto timed = time_calls(s, [&] {
     run.forward({{"q", qs}, {"k", ks}, {"v", vs}});
     if (backward) run.backward();
@@ -345,7 +376,8 @@ json_line train_step(const settings& s, std::int64_t b, std::int64_t len,
   const double rss_before = peak_rss_mib();  // the process baseline, just before building the model
   auto g = make_graph(nn::seq2seq<C, nn::train_mode>::template loss<0>());
   auto params = g.template make_params<float>(1);
-  auto run = g.template executor<float>(params, {.threads = s.threads, .precision = precision});
+  auto run =
+      g.template executor<float>(params, {.threads = s.threads, .precision = precision, .subnormals = s.subnormals});
   // the memory plan, known before running: B is the batch, every other dim the length
   std::vector<std::pair<std::string_view, std::int64_t>> dims;
   for (std::string_view sym : run.plan().syms) dims.emplace_back(sym, sym == "B" ? b : len);
@@ -369,7 +401,8 @@ json_line train_step(const settings& s, std::int64_t b, std::int64_t len,
   j.num("arena_mib", static_cast<double>(run.arena_bytes()) / (1 << 20));  // the executor's value and gradient buffers
   j.num("planned_mib", static_cast<double>(planned.peak_bytes) / (1 << 20));  // what the plan said before running
   if (s.profile) {  // the same steps on an executor that times its kernels (exec_options::profile)
-    auto timed = g.template executor<float>(params, {.threads = s.threads, .precision = precision, .profile = true});
+    auto timed = g.template executor<float>(
+        params, {.threads = s.threads, .precision = precision, .profile = true, .subnormals = s.subnormals});
     auto one_step = [&] {
       timed.forward({{"src", src}, {"src_len", src_len}, {"tgt", tgt}, {"target", target}});
       timed.backward();
@@ -425,7 +458,7 @@ json_line decode_batch(const settings& s, int batch, int new_tokens = 128, bool 
       params, {.threads = s.threads,
                .inference = true,
                .weights = int8 ? weight_precision::int8 : weight_precision::f32,
-               .pack_weights = packed});
+               .pack_weights = packed, .subnormals = s.subnormals});
   lcg gen{99};
   std::vector<std::vector<int>> prompts(static_cast<std::size_t>(batch));
   for (auto& prompt : prompts)  // sequence 0's prompt is the single-sequence case's
@@ -698,7 +731,8 @@ std::vector<bench_case> cases() {
 }
 
 int usage(const char* argv0) {
-  std::fprintf(stderr, "usage: %s [--case NAME] [--threads N] [--json] [--quick] [--memory-plan] [--profile] [--list] [--tiling]\n", argv0);
+  std::fprintf(stderr, "usage: %s [--case NAME] [--threads N] [--json] [--quick] [--memory-plan] [--profile] [--list] [--tiling]\n"
+               "       [--keep-subnormals]\n", argv0);
   return 2;
 }
 
@@ -721,6 +755,8 @@ int main(int argc, char** argv) {
       s.memory_plan = true;
     else if (!std::strcmp(argv[i], "--profile"))
       s.profile = true;
+    else if (!std::strcmp(argv[i], "--keep-subnormals"))
+      s.subnormals = subnormal_mode::keep;
     else if (!std::strcmp(argv[i], "--tiling")) {  // loom's float GEMM tile on this CPU (sgemm_avx512.hpp)
       const auto t = ops::sgemm_avx512_tiling();
       std::printf("%s, tiles of %d rows x 32 columns (%s; AVX-512 timed now: %d rows); int8 weight products: %s\n",

@@ -10,8 +10,13 @@
 #include <cstring>
 #include <string_view>
 #include <string>
+#include <type_traits>
 
 #include <oneapi/tbb/info.h>
+
+#if defined(__x86_64__)
+#include <immintrin.h>  // _mm_getcsr, _mm_setcsr
+#endif
 
 #include "../core/registry.hpp"
 #include "executor_impl.hpp"
@@ -23,6 +28,39 @@ namespace {
 using pass_clock = std::chrono::steady_clock;
 double seconds_since(pass_clock::time_point s) {
   return std::chrono::duration<double>(pass_clock::now() - s).count();
+}
+
+// exec_options::subnormals on the calling thread for a scope: MXCSR's DAZ (bit 6: subnormal
+// inputs read as zero) and FTZ (bit 15: subnormal results stored as zero) set, the thread's
+// own MXCSR restored at the end (exceptions included). Nothing when `on` is false or off x86-64.
+class subnormals_flushed {
+ public:
+  explicit subnormals_flushed(bool on) : on_(on) {
+#if defined(__x86_64__)
+    if (on_) {
+      saved_ = _mm_getcsr();
+      _mm_setcsr(saved_ | flush_bits);
+    }
+#endif
+  }
+  ~subnormals_flushed() {
+#if defined(__x86_64__)
+    if (on_) _mm_setcsr(saved_);
+#endif
+  }
+  subnormals_flushed(const subnormals_flushed&) = delete;
+  subnormals_flushed& operator=(const subnormals_flushed&) = delete;
+
+ private:
+  static constexpr unsigned flush_bits = (1u << 6) | (1u << 15);
+  bool on_;
+  unsigned saved_ = 0;
+};
+
+template <class T>
+bool flushes(const exec_options& o) {
+  return o.subnormals == subnormal_mode::flush ||
+         (o.subnormals == subnormal_mode::automatic && std::is_same_v<T, float>);
 }
 }  // namespace
 
@@ -126,6 +164,9 @@ void executor<T>::impl::make_arena() {
                       std::to_string(opts.threads));
   int t = opts.threads > 0 ? opts.threads : tbb::info::default_concurrency();
   arena = std::make_unique<tbb::task_arena>(t);
+  // the arena's worker threads take the floating-point settings of the thread that initializes it
+  const subnormals_flushed mode(flushes<T>(opts));
+  arena->initialize();
 }
 
 template <class T>
@@ -146,7 +187,10 @@ void executor<T>::impl::forward() {
       ++clocks[i].forwards;
     }
   };
-  detail::run_dag(*arena, sched.forward, compute);
+  {
+    const subnormals_flushed mode(flushes<T>(opts));
+    detail::run_dag(*arena, sched.forward, compute);
+  }
   if (timing) {
     forward_wall += seconds_since(t0);
     ++forward_passes;
@@ -233,7 +277,10 @@ void executor<T>::impl::backward(std::span<const tensor<T>> cot) {
   values_spent = true;
   backwarded = false;
   const auto t0 = timing ? pass_clock::now() : pass_clock::time_point{};
-  detail::run_dag(*arena, sched.backward, compute);
+  {
+    const subnormals_flushed mode(flushes<T>(opts));
+    detail::run_dag(*arena, sched.backward, compute);
+  }
   if (timing) {
     backward_wall += seconds_since(t0);
     ++backward_passes;

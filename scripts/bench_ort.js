@@ -23,6 +23,8 @@ const sessionOptions = {
   interOpNumThreads: 1,
   executionMode: 'sequential',
   graphOptimizationLevel: 'all',
+  // subnormals flushed to zero, as loom's float executors and the PyTorch side do
+  extra: {session: {set_denormal_as_zero: '1'}},
 };
 
 function readTensor(t) {

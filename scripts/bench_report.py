@@ -73,8 +73,9 @@ def report(results, meta):
     w = out.append
     w(f"## loom vs PyTorch{' (--quick: smoke run, few repetitions)' if meta['quick'] else ''}\n")
     w(f"- ratio = **PyTorch time / loom time: > 1 means loom is faster**; time = median of "
-      f"{'3' if meta['quick'] else '7'} timed repetitions after warm-up, float32, each framework and case "
-      f"in its own process" + (f"; {meta['rounds']} rounds, one after the other, and each framework's faster "
+      f"{'3' if meta['quick'] else '7'} timed repetitions after warm-up, float32 with subnormals flushed to "
+      f"zero in every framework (loom's float default, exec_options::subnormals; torch.set_flush_denormal(True); "
+      f"ONNX Runtime's session.set_denormal_as_zero), each framework and case in its own process" + (f"; {meta['rounds']} rounds, one after the other, and each framework's faster "
                                 "round counts (a note shows rounds more than 15% apart)" if meta["rounds"] > 1 else ""))
     w(f"- loom {meta['commit']}; PyTorch {meta['torch_version']}; {meta['cpu']}, {meta['ncpu']} CPUs; "
       f"{meta['blas']}")
@@ -169,7 +170,7 @@ def report(results, meta):
     if orts or meta.get("ort"):
         w(f"\n**ONNX Runtime** ({meta.get('ort', '')}): the PyTorch models of the rows above exported with "
           "torch.onnx (opset 17), run by onnxruntime-node's CPU execution provider from Node.js (intraOpNumThreads = "
-          "threads, interOpNumThreads 1, sequential, all graph optimizations), same protocol; each run first "
+          "threads, interOpNumThreads 1, sequential, all graph optimizations, subnormals as zero), same protocol; each run first "
           "checks ONNX Runtime against PyTorch (MHA output within 1e-4; the greedy tokens identical). "
           "ratio = **ONNX Runtime time / loom time: > 1 means loom is faster**.\n")
         if orts:

@@ -468,6 +468,9 @@ def run_torch_case(name, n, quick, threading):
     if THREADING[threading]["interop1"]:
         torch.set_num_interop_threads(1)  # before any work
     torch.set_num_threads(int(THREADING[threading]["set_threads"].format(n=n)))
+    # subnormals flushed to zero, as loom's float executors do by default (exec_options::subnormals):
+    # on Intel CPUs the gradients reaching the first attention layers are partly subnormal, slow there
+    torch.set_flush_denormal(True)
     p = Protocol(quick)
     m = re.match(r"mha_(fwd|fwdbwd)_b(\d+)_t(\d+)_d(\d+)_h(\d+)(_bf16)?$", name)
     if m:

@@ -2,6 +2,7 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <mutex>
 #include <utility>
@@ -518,3 +519,53 @@ TEST_CASE("for_chunks cuts the same pieces on one thread as on two") {
     CHECK(at == n);
   }
 }
+
+#if defined(__x86_64__)
+// Whether every value of out is of the class fp_class (FP_ZERO, FP_SUBNORMAL).
+template <class T>
+bool every_value(const tensor_view<const T>& out, int fp_class) {
+  for (std::int64_t i = 0; i < out.size(); ++i)
+    if (std::fpclassify(out[i]) != fp_class) return false;
+  return true;
+}
+
+TEST_CASE("exec_options::subnormals: flushed in float by default on every thread, kept in double, the caller restored") {
+  const long rows = 4096;  // 2^18 elements: many chunks, shared by the worker threads
+  auto x = input<"x", shape<dyn<"T">, fix<64>>>();
+  auto g = make_graph(scale<1e-10>(x));  // 1e-30 · 1e-10 = 1e-40: subnormal in float
+  tensor<float> xs({rows, 64});
+  for (float& v : xs.values()) v = 1e-30f;
+  tensor<float> tiny({rows, 64});  // subnormal inputs: read as zero when flushed
+  for (float& v : tiny.values()) v = 1e-40f;
+  for (int threads : {1, 2, 4}) {
+    INFO(threads << " threads");
+    param_store<float> p;
+    auto flushed = g.executor<float>(p, {.threads = threads, .input_grads = true});
+    flushed.forward({{"x", xs}});
+    CHECK(every_value(flushed.output(), FP_ZERO));
+    std::vector<tensor<float>> w{xs};  // the cotangent 1e-30: dx = 1e-40, flushed
+    flushed.backward(w);
+    CHECK(every_value(flushed.input_grad("x"), FP_ZERO));
+    flushed.forward({{"x", tiny}});
+    CHECK(every_value(flushed.output(), FP_ZERO));
+    auto kept = g.executor<float>(p, {.threads = threads, .subnormals = subnormal_mode::keep});
+    kept.forward({{"x", xs}});
+    CHECK(every_value(kept.output(), FP_SUBNORMAL));
+    // the calling thread computes with its own mode again
+    volatile float a = 1e-30f, b = 1e-10f;
+    CHECK(std::fpclassify(a * b) == FP_SUBNORMAL);
+  }
+  // double keeps them unless asked: 1e-300 · 1e-10 is subnormal in double
+  auto xd = input<"x", shape<dyn<"T">, fix<64>>>();
+  auto gd = make_graph(scale<1e-10>(xd));
+  tensor<double> xds({rows, 64});
+  for (double& v : xds.values()) v = 1e-300;
+  param_store<double> pd;
+  auto kept = gd.executor<double>(pd, {.threads = 2});
+  kept.forward({{"x", xds}});
+  CHECK(every_value(kept.output(), FP_SUBNORMAL));
+  auto flushed = gd.executor<double>(pd, {.threads = 2, .subnormals = subnormal_mode::flush});
+  flushed.forward({{"x", xds}});
+  CHECK(every_value(flushed.output(), FP_ZERO));
+}
+#endif

@@ -50,6 +50,13 @@ enum class weight_precision : unsigned char {
   int8,  // quantized to int8 per output channel once, dequantised on the fly (inference only)
 };
 
+/// What an executor's kernels do with subnormal numbers (exec_options::subnormals).
+enum class subnormal_mode : unsigned char {
+  automatic,  // flush in executor<float>, keep in executor<double>
+  keep,       // IEEE arithmetic: subnormal inputs and results as they are
+  flush,      // subnormal inputs read as zero, subnormal results stored as zero
+};
+
 /// Settings of an executor.
 struct exec_options {
   int threads = 0;           // worker threads; 0 means all cores (at most max_threads)
@@ -98,6 +105,17 @@ struct exec_options {
   /// Time every node's kernels and the passes (executor::profile(): where a step's time goes,
   /// by op). Two clock reads per kernel call; off by default.
   bool profile = false;
+  /// Subnormal numbers (magnitudes below 2^-126 in float, 2^-1022 in double) while this
+  /// executor's kernels run: flushed (read as zero and stored as zero: x86-64's MXCSR bits DAZ
+  /// and FTZ, set on the calling thread for each forward() and backward() and captured by the
+  /// executor's worker threads), or kept. On Intel CPUs every vector multiply-add that meets a
+  /// subnormal takes a slow path: the gradients that reach a small Transformer's first attention
+  /// layers are partly subnormal, and its training step ran 1.4× slower with them kept
+  /// (docs/precision.md). automatic (the default) flushes in executor<float> and keeps them in
+  /// executor<double>, the reference for gradient checks. The same bits for any thread count
+  /// either way. The calling thread's own setting is restored after each pass. No effect on
+  /// CPUs other than x86-64.
+  subnormal_mode subnormals = subnormal_mode::automatic;
 
   static bool fuse_by_default();
 };
