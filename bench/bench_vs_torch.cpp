@@ -54,10 +54,12 @@
 // subnormal_mode::keep) instead of flushing them, float's default: to measure what flushing saves.
 //
 // --tiling: the float GEMM's ISA and tile on this CPU (and a fresh timing of the AVX-512 tiles),
-// and the kernel of the int8 weight products ("avx512_vnni", "avx2" or "portable"); the script
+// the kernel of the int8 weight products ("avx512_vnni", "avx2" or "portable") and the core
+// OpenBLAS chose for its own (openblas_get_corename: "Prescott" is its SSE3 fallback); the script
 // puts that line in its table's CPU field.
 //
 // Without --case, runs every case and prints a table; with --json, prints one JSON line per case.
+#include <cblas.h>
 #include <oneapi/tbb/global_control.h>
 #include <immintrin.h>
 #include <sys/resource.h>
@@ -759,8 +761,10 @@ int main(int argc, char** argv) {
       s.subnormals = subnormal_mode::keep;
     else if (!std::strcmp(argv[i], "--tiling")) {  // loom's float GEMM tile on this CPU (sgemm_avx512.hpp)
       const auto t = ops::sgemm_avx512_tiling();
-      std::printf("%s, tiles of %d rows x 32 columns (%s; AVX-512 timed now: %d rows); int8 weight products: %s\n",
-                  t.isa, t.rows, t.how, ops::sgemm_avx512_measure_tile_rows(), ops::int8_gemm_kernel());
+      std::printf("%s, tiles of %d rows x 32 columns (%s; AVX-512 timed now: %d rows); int8 weight products: %s; "
+                  "OpenBLAS's core (the products loom's kernels do not take): %s\n",
+                  t.isa, t.rows, t.how, ops::sgemm_avx512_measure_tile_rows(), ops::int8_gemm_kernel(),
+                  openblas_get_corename());
       return 0;
     } else if (!std::strcmp(argv[i], "--list")) {
       for (const auto& c : cases()) std::printf("%s\n", c.name.c_str());

@@ -248,7 +248,6 @@ def drive(args):
         raise SystemExit(f"bench_vs_torch: no benchmark binary at {binary} (build the target bench_vs_torch)")
     out_dir = prepare_out_dir(args.out_dir or os.path.dirname(os.path.dirname(binary)))
     loom_cases = subprocess.run([binary, "--list"], capture_output=True, text=True, check=True).stdout.split()
-    tiling = subprocess.run([binary, "--tiling"], capture_output=True, text=True, check=True).stdout.strip()
     if loom_cases != case_names():
         raise SystemExit(f"bench_vs_torch: the cases of {binary} ({loom_cases}) are not this script's ({case_names()})")
     ncpu = os.cpu_count() or 1
@@ -261,6 +260,8 @@ def drive(args):
 
     env, blas = blas_environment(args.blas_env)
     print(f"bench_vs_torch: {blas}", file=sys.stderr, flush=True)
+    # in the environment the runs have (OpenBLAS's core depends on it)
+    tiling = subprocess.run([binary, "--tiling"], capture_output=True, text=True, check=True, env=env).stdout.strip()
     start = time.time()
     load_start = loadavg()
     results = []
