@@ -165,8 +165,9 @@ namespace {
 
 constexpr i64 panel_cols = 32;
 
-i64 chosen_tile_rows();
-i64 tile_rows_for(isa_t isa);
+i64 chosen_tile_rows(bool packed_panels);
+std::atomic<int> forced_rows{0};  // sgemm_avx512_force_tile_rows
+i64 tile_rows_for(isa_t isa, bool packed_panels);
 
 // Whether op(B) is copied into panels ([K, 32], the last [K, 16] or [K, 32], zero-padded past N)
 // rather than read in place: unless it is [K, N] already and N needs no padding. Read in place,
@@ -244,10 +245,11 @@ constexpr i64 copied_panels = 4;
 // gradient's dzᵀ, lines 1–4 KiB apart, came from the outer caches each time. Strips of at most
 // strip_floats floats, the panels run over each block of rows in turn. The same elements in the
 // same order of FMAs: the same bits. AVX-512 only (the AVX2 kernel blocks K instead).
+// `packed_panels`: whether `panel` gives copied panels (else op(B) read in place), for the tile's rows.
 template <class Panel>
 void run_over_a(isa_t isa, bool trans_a, i64 m, i64 n, i64 k, float alpha, const float* a, i64 lda, Panel&& panel,
-                float beta, float* c, i64 ldc, const gemm_epilogue& e) {
-  const i64 tile = tile_rows_for(isa);
+                bool packed_panels, float beta, float* c, i64 ldc, const gemm_epilogue& e) {
+  const i64 tile = tile_rows_for(isa, packed_panels);
   if (isa != isa_t::avx512 || !trans_a || n < copied_panels * panel_cols)
     return run_panels(isa, tile, in_place(trans_a, a, lda, tile), m, n, k, alpha, panel, beta, c, ldc, e);
   const i64 block = std::max<i64>(1, strip_floats / (tile * k)) * tile;
@@ -268,7 +270,9 @@ bool product(bool trans_a, bool trans_b, i64 m, i64 n, i64 k, float alpha, const
              const gemm_epilogue& epilogue) {
   if (!sgemm_avx512_takes(trans_a, trans_b, m, n, k)) return false;
   const isa_t isa = chosen_isa();
-  if (isa != isa_t::avx512 || tile_rows_for(isa) != strip_rows) strips = nullptr;  // forced since they were copied
+  // the strips' own height, unless tiles of another height were forced since they were copied
+  const int forced = forced_rows.load(std::memory_order_relaxed);
+  if (isa != isa_t::avx512 || (forced != 0 && forced != strip_rows)) strips = nullptr;
   if (isa == isa_t::avx2 && m > sgemm_avx2::many_rows && n > panel_cols)  // in row blocks (sgemm_avx2::row_blocks)
     if (const sgemm_packed_b pb(trans_b, n, k, b, ldb); pb.packed())
       return sgemm_avx512(trans_a, m, alpha, a, lda, pb, beta, c, ldc, epilogue);
@@ -283,7 +287,7 @@ bool product(bool trans_a, bool trans_b, i64 m, i64 n, i64 k, float alpha, const
   if (strips)
     run_panels(isa, strip_rows, a_layout{strips, 1, strip_rows, strip_rows * k}, m, n, k, alpha, panel, beta, c, ldc,
                epilogue);
-  else run_over_a(isa, trans_a, m, n, k, alpha, a, lda, panel, beta, c, ldc, epilogue);
+  else run_over_a(isa, trans_a, m, n, k, alpha, a, lda, panel, pack, beta, c, ldc, epilogue);
   return true;
 }
 
@@ -309,9 +313,8 @@ namespace {
 // 512-bit FMAs per cycle may need; fewer rows read fewer lines of op(A) at once. Every element
 // is the same chain of FMAs over k either way (sgemm_avx512.hpp), so the choice changes the speed,
 // never the bits. The table decides the CPUs it was measured on; any other CPU times both shapes
-// on its first product and keeps the faster.
-
-std::atomic<int> forced_rows{0};
+// on its first product and keeps the faster, once for products that read op(B) in place and once
+// for those that read copied panels (struct tile_choice).
 
 // The fixed table: AMD family 25 with AVX-512 (Zen 4, 512-bit FMAs in two 256-bit halves) runs
 // 8 rows faster: bench_gemm loom_r8 vs loom_r12, 1 thread, 2026-11-27, AMD EPYC family 25 model
@@ -321,40 +324,53 @@ std::atomic<int> forced_rows{0};
 int table_rows() { return cpu().amd_family == 25 ? 8 : 0; }
 
 // Times `rows`-row tiles on a [96, 256] · [256, 256] product (96 rows: whole tiles of 8 and of
-// 12), the best of `rounds` calls, in seconds.
-double time_rows(i64 rows, int rounds, const float* a, const float* b, float* c) {
+// 12), op(B) read in place (b) or from its copied panels (panels: b packed), the best of `rounds`
+// calls, in seconds.
+double time_rows(i64 rows, int rounds, const float* a, const float* b, const float* panels, float* c) {
   double best = 1e30;
   for (int r = 0; r < rounds; ++r) {
     const auto t0 = std::chrono::steady_clock::now();
     run_panels(
         isa_t::avx512, rows, in_place(false, a, 256, rows), 96, 256, 256, 1.f,
-        [&](i64 j0, i64, i64) -> std::pair<const float*, i64> { return {b + j0, 256}; }, 0.f, c, 256, {});
+        [&](i64 j0, i64, i64) -> std::pair<const float*, i64> {
+          return panels ? std::pair<const float*, i64>{panels + j0 * 256, panel_cols}
+                        : std::pair<const float*, i64>{b + j0, 256};
+        },
+        0.f, c, 256, {});
     best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   }
   return best;
 }
 
+// Rows for products that read op(B) in place and for those that read copied panels: on an Intel
+// Xeon (family 6 model 207) bench_gemm had 12 rows ahead on the first (tiny_dx 156 vs 145 GFLOP/s,
+// attn_pv 157 vs 145, small_dx 134 vs 126) and 8 ahead on the second (tiny_qkv 154 vs 144,
+// small_ffn_up 154 vs 151, cube 149 vs 139), so each kind is timed on its own.
 struct tile_choice {
-  i64 rows;
+  i64 rows, packed_rows;
   const char* how;
 };
 
-i64 measure_rows() {
+// The rows of the faster tile for op(B) in place (packed false) or in copied panels.
+i64 measure_rows(bool packed) {
   // both shapes in alternating rounds (the first warms the caches), the best of each
-  std::vector<float> a(96 * 256), b(256 * 256), c(96 * 256);
+  std::vector<float> a(96 * 256), b(256 * 256), c(96 * 256), panels(packed ? 256 * 256 : 0);
   for (std::size_t i = 0; i < a.size(); ++i) a[i] = static_cast<float>(i % 7) * 0.25f - 0.75f;
   for (std::size_t i = 0; i < b.size(); ++i) b[i] = static_cast<float>(i % 5) * 0.5f - 1.f;
+  for (i64 j0 = 0; packed && j0 < 256; j0 += panel_cols)
+    pack_panel(isa_t::avx512, false, b.data(), 256, j0, panel_cols, 256, panels.data() + j0 * 256, panel_cols);
+  const float* p = packed ? panels.data() : nullptr;
   double t8 = 1e30, t12 = 1e30;
   for (int round = 0; round < 4; ++round) {
-    t8 = std::min(t8, time_rows(8, 2, a.data(), b.data(), c.data()));
-    t12 = std::min(t12, time_rows(12, 2, a.data(), b.data(), c.data()));
+    t8 = std::min(t8, time_rows(8, 2, a.data(), b.data(), p, c.data()));
+    t12 = std::min(t12, time_rows(12, 2, a.data(), b.data(), p, c.data()));
   }
   return t12 < 0.97 * t8 ? 12 : 8;  // 12 only when clearly faster
 }
 
 tile_choice choose_rows() {
-  if (const int rows = table_rows()) return {rows, "table"};
-  return {measure_rows(), "measured"};
+  if (const int rows = table_rows()) return {rows, rows, "table"};
+  return {measure_rows(false), measure_rows(true), "measured"};
 }
 
 const tile_choice& cpu_choice() {
@@ -362,23 +378,28 @@ const tile_choice& cpu_choice() {
   return choice;
 }
 
-i64 chosen_tile_rows() {
+i64 chosen_tile_rows(bool packed_panels) {
   const int forced = forced_rows.load(std::memory_order_relaxed);
-  return forced ? forced : cpu_choice().rows;
+  return forced ? forced : packed_panels ? cpu_choice().packed_rows : cpu_choice().rows;
 }
 
-i64 tile_rows_for(isa_t isa) { return isa == isa_t::avx2 ? sgemm_avx2::tile_rows : chosen_tile_rows(); }
+i64 tile_rows_for(isa_t isa, bool packed_panels) {
+  return isa == isa_t::avx2 ? sgemm_avx2::tile_rows : chosen_tile_rows(packed_panels);
+}
 
 }  // namespace
 
 sgemm_tiling sgemm_avx512_tiling() {
   const isa_t isa = chosen_isa();
-  if (isa == isa_t::none) return {"none", 0, "none"};
-  if (isa == isa_t::avx2) return {"avx2", static_cast<int>(sgemm_avx2::tile_rows), "fixed"};
+  if (isa == isa_t::none) return {"none", 0, 0, "none"};
+  if (isa == isa_t::avx2) {
+    const int rows = static_cast<int>(sgemm_avx2::tile_rows);
+    return {"avx2", rows, rows, "fixed"};
+  }
   const int forced = forced_rows.load(std::memory_order_relaxed);
-  if (forced) return {"avx512", forced, "forced"};
+  if (forced) return {"avx512", forced, forced, "forced"};
   const tile_choice& c = cpu_choice();
-  return {"avx512", static_cast<int>(c.rows), c.how};
+  return {"avx512", static_cast<int>(c.rows), static_cast<int>(c.packed_rows), c.how};
 }
 
 void sgemm_force_isa(sgemm_isa isa) {
@@ -392,7 +413,9 @@ void sgemm_force_isa(sgemm_isa isa) {
                    std::memory_order_relaxed);
 }
 
-int sgemm_avx512_measure_tile_rows() { return cpu().avx512f ? static_cast<int>(measure_rows()) : 0; }
+int sgemm_avx512_measure_tile_rows(bool packed_panels) {
+  return cpu().avx512f ? static_cast<int>(measure_rows(packed_panels)) : 0;
+}
 
 void sgemm_avx512_force_tile_rows(int rows) {
   if (rows != 0 && rows != 8 && rows != 12)
@@ -428,7 +451,7 @@ void from_packed(bool trans_a, i64 m, i64 w, i64 k, float alpha, const float* a,
         const i64 at = j0 + jj;
         return {panels + at * k, (std::min(panel_cols, n - at) + 15) / 16 * 16};
       },
-      beta, c, ldc, epilogue);
+      true, beta, c, ldc, epilogue);
 }
 
 }  // namespace

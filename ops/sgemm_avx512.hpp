@@ -19,25 +19,28 @@ bool sgemm_avx512_takes(bool trans_a, bool trans_b, std::int64_t m, std::int64_t
 
 /// The instructions and the tile of sgemm_avx512's products in this process: isa "avx512",
 /// "avx2" (AVX2 + FMA, on CPUs without AVX-512: ops/sgemm_avx2.hpp) or "none" (neither: the BLAS
-/// computes every product); rows × 32 columns of C in registers, rows 8 or 12 with AVX-512, 3
-/// with AVX2, 0 with none; and how the rows were chosen: "table" (a CPU measured beforehand: AMD
-/// family 25, Zen 4, takes 8), "measured" (any other AVX-512 CPU: both shapes timed on the first
-/// product, the faster kept), "forced" (sgemm_avx512_force_tile_rows), "fixed" (AVX2) or "none".
-/// Every element of C has the same bits under any of them: the choice is speed only. Asking makes
-/// the choice if no product has yet. The environment variable LOOM_SGEMM_ISA=avx2 (or avx512)
-/// makes a process use that kernel (std::invalid_argument from the first product when the value
-/// is neither or the CPU lacks it).
+/// computes every product); rows × 32 columns of C in registers for products that read op(B) in
+/// place (`rows`) and for those that read it from copied panels (`packed_rows`) — 8 or 12 each
+/// with AVX-512, 3 with AVX2, 0 with none; and how the rows were chosen: "table" (a CPU measured
+/// beforehand: AMD family 25, Zen 4, takes 8 for both), "measured" (any other AVX-512 CPU: both
+/// tile heights timed for each kind on the first product, the faster kept), "forced"
+/// (sgemm_avx512_force_tile_rows), "fixed" (AVX2) or "none". Every element of C has the same bits
+/// under any of them: the choice is speed only. Asking makes the choice if no product has yet.
+/// The environment variable LOOM_SGEMM_ISA=avx2 (or avx512) makes a process use that kernel
+/// (std::invalid_argument from the first product when the value is neither or the CPU lacks it).
 struct sgemm_tiling {
   const char* isa;
   int rows;
+  int packed_rows;
   const char* how;
 };
 sgemm_tiling sgemm_avx512_tiling();
 
-/// Times both tile shapes now, as a CPU not in the table does at its first product (a [96, 256] ·
-/// [256, 256] product, a few alternating rounds, about a millisecond), and returns the rows of
-/// the faster: 12 only when at least 3% faster than 8. 0 without AVX-512. Changes no choice.
-int sgemm_avx512_measure_tile_rows();
+/// Times both tile heights now, as a CPU not in the table does at its first product (a [96, 256]
+/// · [256, 256] product, op(B) in place or, with packed_panels, copied into panels; a few
+/// alternating rounds, about a millisecond), and returns the rows of the faster: 12 only when at
+/// least 3% faster than 8. 0 without AVX-512. Changes no choice.
+int sgemm_avx512_measure_tile_rows(bool packed_panels = false);
 
 /// Which instructions sgemm_force_isa makes the products use: the CPU's choice, AVX2 + FMA, or
 /// AVX-512.

@@ -12,11 +12,11 @@
 namespace loom::ops {
 
 bool sgemm_avx512_takes(bool, bool, std::int64_t, std::int64_t, std::int64_t) { return false; }
-sgemm_tiling sgemm_avx512_tiling() { return {"none", 0, "none"}; }
+sgemm_tiling sgemm_avx512_tiling() { return {"none", 0, 0, "none"}; }
 void sgemm_force_isa(sgemm_isa isa) {
   if (isa != sgemm_isa::cpu) throw std::invalid_argument("sgemm_force_isa: loom's GEMM has no vector kernel on this CPU");
 }
-int sgemm_avx512_measure_tile_rows() { return 0; }
+int sgemm_avx512_measure_tile_rows(bool) { return 0; }
 void sgemm_avx512_force_tile_rows(int rows) {
   if (rows != 0)
     throw std::invalid_argument("sgemm_avx512_force_tile_rows: loom's GEMM has no AVX-512 kernel on this CPU");

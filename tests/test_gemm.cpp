@@ -376,7 +376,9 @@ TEST_CASE("tiles of 8 and of 12 rows give every element the same bits, and only 
     const auto t = ops::sgemm_avx512_tiling();
     CHECK(std::string(t.isa) == (kernel_runs() ? "avx2" : "none"));
     CHECK(t.rows == (kernel_runs() ? 3 : 0));
+    CHECK(t.packed_rows == t.rows);
     CHECK(ops::sgemm_avx512_measure_tile_rows() == 0);
+    CHECK(ops::sgemm_avx512_measure_tile_rows(true) == 0);
     CHECK_THROWS_AS(ops::sgemm_avx512_force_tile_rows(12), std::invalid_argument);
     CHECK_THROWS_AS(ops::sgemm_force_isa(ops::sgemm_isa::avx512), std::invalid_argument);
     ops::sgemm_avx512_force_tile_rows(0);  // back to the CPU's choice: always allowed
@@ -386,10 +388,14 @@ TEST_CASE("tiles of 8 and of 12 rows give every element the same bits, and only 
   const auto chosen = ops::sgemm_avx512_tiling();
   CHECK(std::string(chosen.isa) == "avx512");
   CHECK((chosen.rows == 8 || chosen.rows == 12));
+  CHECK((chosen.packed_rows == 8 || chosen.packed_rows == 12));
   CHECK((std::string(chosen.how) == "table" || std::string(chosen.how) == "measured"));
-  const int measured = ops::sgemm_avx512_measure_tile_rows();
-  CHECK((measured == 8 || measured == 12));
+  for (const bool packed : {false, true}) {
+    const int measured = ops::sgemm_avx512_measure_tile_rows(packed);
+    CHECK((measured == 8 || measured == 12));
+  }
   CHECK(ops::sgemm_avx512_tiling().rows == chosen.rows);  // measuring changes no choice
+  CHECK(ops::sgemm_avx512_tiling().packed_rows == chosen.packed_rows);
   std::mt19937 rng(13);
   std::uniform_real_distribution<float> u(-1.f, 1.f);
   struct shape {
@@ -408,6 +414,7 @@ TEST_CASE("tiles of 8 and of 12 rows give every element the same bits, and only 
     for (int t = 0; t < 2; ++t) {
       ops::sgemm_avx512_force_tile_rows(t == 0 ? 8 : 12);
       CHECK(ops::sgemm_avx512_tiling().rows == (t == 0 ? 8 : 12));
+      CHECK(ops::sgemm_avx512_tiling().packed_rows == (t == 0 ? 8 : 12));
       CHECK(std::string(ops::sgemm_avx512_tiling().how) == "forced");
       REQUIRE(ops::sgemm_avx512(s.ta, s.tb, s.m, s.n, s.k, 1.5f, a.data(), lda, b.data(), ldb, 0.25f, by[t].data(),
                                 s.n, ops::gemm_epilogue{bias.data(), true, nullptr, 0}));
