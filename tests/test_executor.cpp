@@ -535,7 +535,9 @@ TEST_CASE("exec_options::subnormals: flushed in float by default on every thread
   auto g = make_graph(scale<1e-10>(x));  // 1e-30 · 1e-10 = 1e-40: subnormal in float
   tensor<float> xs({rows, 64});
   for (float& v : xs.values()) v = 1e-30f;
-  tensor<float> tiny({rows, 64});  // subnormal inputs: read as zero when flushed
+  // subnormal inputs: read as zero when flushed (DAZ), else 1e-40 · 1e10 = 1e-30, a normal float
+  auto up = make_graph(scale<1e10>(x));
+  tensor<float> tiny({rows, 64});
   for (float& v : tiny.values()) v = 1e-40f;
   for (int threads : {1, 2, 4}) {
     INFO(threads << " threads");
@@ -546,11 +548,15 @@ TEST_CASE("exec_options::subnormals: flushed in float by default on every thread
     std::vector<tensor<float>> w{xs};  // the cotangent 1e-30: dx = 1e-40, flushed
     flushed.backward(w);
     CHECK(every_value(flushed.input_grad("x"), FP_ZERO));
-    flushed.forward({{"x", tiny}});
-    CHECK(every_value(flushed.output(), FP_ZERO));
+    auto up_flushed = up.executor<float>(p, {.threads = threads});
+    up_flushed.forward({{"x", tiny}});
+    CHECK(every_value(up_flushed.output(), FP_ZERO));
     auto kept = g.executor<float>(p, {.threads = threads, .subnormals = subnormal_mode::keep});
     kept.forward({{"x", xs}});
     CHECK(every_value(kept.output(), FP_SUBNORMAL));
+    auto up_kept = up.executor<float>(p, {.threads = threads, .subnormals = subnormal_mode::keep});
+    up_kept.forward({{"x", tiny}});
+    CHECK(every_value(up_kept.output(), FP_NORMAL));
     // the calling thread computes with its own mode again
     volatile float a = 1e-30f, b = 1e-10f;
     CHECK(std::fpclassify(a * b) == FP_SUBNORMAL);
