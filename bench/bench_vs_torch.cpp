@@ -239,14 +239,16 @@ auto x_input() {
   return input<"x", shape<dyn<"B">, dyn<"T">, fix<D>>>();
 }
 
-/// --profile for the MHA cases: `calls` ten times (after three of warm-up) on `timed`, an
-/// executor with exec_options::profile, and its kernel time by op on stderr.
+/// --profile: `calls` ten times (after three of warm-up: the arena, the worker threads) on
+/// `timed`, an executor with exec_options::profile; its kernel time by op on stderr, and the report.
 template <class Executor, class Call>
-void print_profile(Executor& timed, Call calls) {
+profile_report print_profile(Executor& timed, Call calls) {
   for (int i = 0; i < 3; ++i) calls();
   timed.reset_profile();
   for (int i = 0; i < 10; ++i) calls();
-  std::fprintf(stderr, "%s", timed.profile().table(16).c_str());
+  profile_report report = timed.profile();
+  std::fprintf(stderr, "%s", report.table(16).c_str());
+  return report;
 }
 
 template <long D, int H>
@@ -254,14 +256,13 @@ json_line mha_forward(const settings& s, std::int64_t b, std::int64_t t,
                       compute_precision precision = compute_precision::f32) {
   auto g = make_graph(nn::self_attention<"attn", H>(x_input<D>()));  // [B, T, d]
   auto params = g.template make_params<float>(42);
-  auto run = g.template executor<float>(
-      params, {.threads = s.threads, .inference = true, .precision = precision, .subnormals = s.subnormals});
+  exec_options o{.threads = s.threads, .inference = true, .precision = precision, .subnormals = s.subnormals};
+  auto run = g.template executor<float>(params, o);
   const auto x = random_tensor({b, t, D}, 7);
   auto j = time_calls(s, [&] { run.forward({{"x", x}}); }).json();
   if (s.profile) {
-    auto timed = g.template executor<float>(
-        params,
-        {.threads = s.threads, .inference = true, .precision = precision, .profile = true, .subnormals = s.subnormals});
+    o.profile = true;
+    auto timed = g.template executor<float>(params, o);
     print_profile(timed, [&] { timed.forward({{"x", x}}); });
   }
   return j.num("flop", mha_flop(static_cast<double>(b), static_cast<double>(t), D));
@@ -272,8 +273,8 @@ json_line mha_forward_backward(const settings& s, std::int64_t b, std::int64_t t
                                compute_precision precision = compute_precision::f32) {
   auto g = make_graph(sum(nn::self_attention<"attn", H>(x_input<D>())));  // backward of sum(out)
   auto params = g.template make_params<float>(42);
-  auto run =
-      g.template executor<float>(params, {.threads = s.threads, .precision = precision, .subnormals = s.subnormals});
+  exec_options o{.threads = s.threads, .precision = precision, .subnormals = s.subnormals};
+  auto run = g.template executor<float>(params, o);
   const auto x = random_tensor({b, t, D}, 7);
   const auto timed = time_calls(s, [&] {
     run.forward({{"x", x}});
@@ -281,8 +282,8 @@ json_line mha_forward_backward(const settings& s, std::int64_t b, std::int64_t t
   });
   auto j = timed.json();
   if (s.profile) {
-    auto profiled = g.template executor<float>(
-        params, {.threads = s.threads, .precision = precision, .profile = true, .subnormals = s.subnormals});
+    o.profile = true;
+    auto profiled = g.template executor<float>(params, o);
     print_profile(profiled, [&] {
       profiled.forward({{"x", x}});
       profiled.backward();
@@ -378,8 +379,8 @@ json_line train_step(const settings& s, std::int64_t b, std::int64_t len,
   const double rss_before = peak_rss_mib();  // the process baseline, just before building the model
   auto g = make_graph(nn::seq2seq<C, nn::train_mode>::template loss<0>());
   auto params = g.template make_params<float>(1);
-  auto run =
-      g.template executor<float>(params, {.threads = s.threads, .precision = precision, .subnormals = s.subnormals});
+  exec_options o{.threads = s.threads, .precision = precision, .subnormals = s.subnormals};
+  auto run = g.template executor<float>(params, o);
   // the memory plan, known before running: B is the batch, every other dim the length
   std::vector<std::pair<std::string_view, std::int64_t>> dims;
   for (std::string_view sym : run.plan().syms) dims.emplace_back(sym, sym == "B" ? b : len);
@@ -403,18 +404,13 @@ json_line train_step(const settings& s, std::int64_t b, std::int64_t len,
   j.num("arena_mib", static_cast<double>(run.arena_bytes()) / (1 << 20));  // the executor's value and gradient buffers
   j.num("planned_mib", static_cast<double>(planned.peak_bytes) / (1 << 20));  // what the plan said before running
   if (s.profile) {  // the same steps on an executor that times its kernels (exec_options::profile)
-    auto timed = g.template executor<float>(
-        params, {.threads = s.threads, .precision = precision, .profile = true, .subnormals = s.subnormals});
-    auto one_step = [&] {
+    o.profile = true;
+    auto timed = g.template executor<float>(params, o);
+    const profile_report report = print_profile(timed, [&] {
       timed.forward({{"src", src}, {"src_len", src_len}, {"tgt", tgt}, {"target", target}});
       timed.backward();
       opt.step();
-    };
-    for (int i = 0; i < 3; ++i) one_step();  // warm-up: the arena, the worker threads
-    timed.reset_profile();
-    for (int i = 0; i < 10; ++i) one_step();
-    const profile_report report = timed.profile();
-    std::fprintf(stderr, "%s", report.table(16).c_str());
+    });
     // then each linear layer (x [.., K] · Wᵀ, W [N, K]): its products' GFLOP/s, 2·rows·N·K in
     // forward and twice that in backward (dX and dW; the head with its loss does all three in
     // forward)
