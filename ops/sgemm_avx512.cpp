@@ -60,6 +60,8 @@ using avx512_packing::pack_transposed;
 // packed a panel at a time by each product, as OpenBLAS would (the same bits).
 constexpr i64 max_n = std::numeric_limits<int>::max(), max_k = 4096;
 constexpr i64 max_packed = i64{1} << 20;
+// Rows that packs_b takes as "many" (more than 32) when the product's rows are not known yet.
+constexpr i64 many_rows = 1024;
 
 // R rows × 16·NV columns of C from op(A) (element (i, k) at a[i·a_row + k·a_k]) and a panel of
 // op(B) (row k at b + k·ldb, 16·NV floats readable); `last` masks the columns of the last
@@ -460,7 +462,7 @@ sgemm_packed_b::sgemm_packed_b(bool trans_b, std::int64_t n, std::int64_t k, con
     : trans_(trans_b), n_(n), k_(k), b_(b), ldb_(ldb) {
   // as for a product of many rows; the bits do not depend on whether it is packed
   const isa_t isa = chosen_isa();
-  if (!sgemm_avx512_takes(false, trans_b, 1, n, k) || n * k > max_packed || !packs_b(isa, trans_b, max_n, n, k, ldb))
+  if (!sgemm_avx512_takes(false, trans_b, 1, n, k) || n * k > max_packed || !packs_b(isa, trans_b, many_rows, n, k, ldb))
     return;
   storage_ = take_packing_buffer<float>();
   float* const out = line_aligned(storage_, sgemm_panels_size(n, k));
