@@ -1,7 +1,8 @@
 // loom's single-precision GEMM (see sgemm_avx512.hpp). op(B) is copied one panel of 32 columns
 // at a time into a [K, 32] buffer (the last [K, 16] or [K, 32], zero-padded past N) before its
 // tiles use it, unless B is [K, N] already, N a multiple of 16 and B's row stride not a multiple
-// of 4 KiB; or once for all the row chunks that share it (sgemm_packed_b). op(A) is read in place,
+// of 4 KiB; or once for all the row chunks that share it (sgemm_packed_b), or for all the blocks of
+// rows of a product whose op(A) spans more than 2 MiB (row_blocks). op(A) is read in place,
 // one element broadcast per row and k, unless it is transposed and four whole panels or more
 // read it: then it is first copied into strips of the tile's rows (run_over_a). A tile of 8 rows
 // × 32 columns (12 rows where timed faster: sgemm_avx512_tiling) keeps its sums in AVX-512
@@ -241,6 +242,37 @@ constexpr i64 strip_floats = i64{1} << 18;
 // hot and ~88 → ~98 with the operands in the outer caches (AMD EPYC Zen 4, 1 thread).
 constexpr i64 copied_panels = 4;
 
+// Floats of op(A) whose rows run over every panel of op(B) before the next rows do (row_blocks):
+// 2 MiB, 512 rows of K = 1024. Without the blocks each panel read all M rows of op(A) (and wrote
+// all of C's) again from the outer caches, one 4 KiB page per row when K = 1024, beyond the TLB's
+// reach. Intel Xeon (family 6 model 207), bench_gemm 1 thread, GFLOP/s, median of 5 alternating
+// runs on a noisy host, no blocks → blocks of 2 MiB (1 MiB): cube 139.6 → 147.6 (149.6), wide_dw
+// 121.6 → 138.2 (124.2), lm_head_32k 122.7 → 132.5 (131.1); wide_dx ([256, 1536] · [1536, 512])
+// 140.5 → 142.0 unsplit (123.6 split in two: why not 1 MiB). OpenBLAS beside them: 139–151.
+constexpr i64 a_block_floats = i64{1} << 19;
+
+// Rows of op(A) that run over every panel of op(B) before the next rows do (row_blocks).
+i64 row_block(i64 k, i64 tile) { return std::max<i64>(1, a_block_floats / (tile * k)) * tile; }
+
+template <class Panel>
+void run_over_a(isa_t isa, bool trans_a, i64 m, i64 n, i64 k, float alpha, const float* a, i64 lda, Panel&& panel,
+                bool packed_panels, float beta, float* c, i64 ldc, const gemm_epilogue& e);
+
+// run_over_a in blocks of row_block rows, each over all of op(B)'s panels, which `panel` must give
+// without copying (op(B) read in place or packed whole): a block's rows of op(A) and of C then
+// stay in the second-level cache and within the TLB's reach while the panels pass, instead of
+// all M rows coming back from the outer caches for every panel.
+template <class Panel>
+void row_blocks(isa_t isa, bool trans_a, i64 m, i64 n, i64 k, float alpha, const float* a, i64 lda, Panel&& panel,
+                bool packed_panels, float beta, float* c, i64 ldc, const gemm_epilogue& e) {
+  const i64 tile = tile_rows_for(isa, packed_panels), most = row_block(k, tile);
+  const i64 blocks = (m + most - 1) / most;  // as few as fit, of equal whole tiles but the last
+  const i64 block = ((m + blocks - 1) / blocks + tile - 1) / tile * tile;
+  for (i64 i0 = 0; i0 < m; i0 += block)
+    run_over_a(isa, trans_a, std::min(block, m - i0), n, k, alpha, a + (trans_a ? i0 : i0 * lda), lda, panel,
+               packed_panels, beta, c + i0 * ldc, ldc, e.at(i0, 0));
+}
+
 // run_panels over op(A), which a transposed A read by copied_panels whole panels or more is first
 // copied for, into strips of the tile's rows (pack_strips): read in place, each tile takes one
 // 32- or 48-byte piece from each of K lines of A, lda floats apart, at every panel — a weight
@@ -265,6 +297,10 @@ void run_over_a(isa_t isa, bool trans_a, i64 m, i64 n, i64 k, float alpha, const
   }
 }
 
+void pack_panels(isa_t isa, bool trans_b, const float* b, i64 ldb, i64 n, i64 k, float* out, i64 p0, i64 p1);
+void from_packed(bool trans_a, i64 m, i64 w, i64 k, float alpha, const float* a, i64 lda, const float* panels, i64 n,
+                 i64 j0, float beta, float* c, i64 ldc, const gemm_epilogue& epilogue);
+
 // sgemm_avx512's product, op(A) read from `strips` (pack_strips, tiles of strip_rows rows) when
 // not null and the products still run on AVX-512 tiles of that height, else from a.
 bool product(bool trans_a, bool trans_b, i64 m, i64 n, i64 k, float alpha, const float* a, i64 lda,
@@ -279,6 +315,22 @@ bool product(bool trans_a, bool trans_b, i64 m, i64 n, i64 k, float alpha, const
     if (const sgemm_packed_b pb(trans_b, n, k, b, ldb); pb.packed())
       return sgemm_avx512(trans_a, m, alpha, a, lda, pb, beta, c, ldc, epilogue);
   const bool pack = packs_b(isa, trans_b, m, n, k, ldb);
+  if (isa == isa_t::avx512 && !strips && m > row_block(k, tile_rows_for(isa, pack))) {
+    if (!pack)
+      return row_blocks(
+                 isa, trans_a, m, n, k, alpha, a, lda,
+                 [&](i64 j0, i64, i64) -> std::pair<const float*, i64> { return {b + j0, ldb}; }, false, beta, c,
+                 ldc, epilogue),
+             true;
+    if (n * k <= max_packed && n > panel_cols) {  // op(B) packed whole, once, for all the blocks
+      packing_buffer<float> storage = take_packing_buffer<float>();
+      float* const panels = line_aligned(storage, sgemm_panels_size(n, k));
+      pack_panels(isa, trans_b, b, ldb, n, k, panels, 0, (n + panel_cols - 1) / panel_cols);
+      from_packed(trans_a, m, n, k, alpha, a, lda, panels, n, 0, beta, c, ldc, epilogue);
+      give_packing_buffer(std::move(storage));
+      return true;
+    }
+  }
   thread_local std::vector<float> buffer;  // nothing else runs on this thread until the product is done
   float* const panel_buffer = pack ? line_aligned(buffer, k * panel_cols) : nullptr;
   const auto panel = [&](i64 j0, i64 w, i64 width) -> std::pair<const float*, i64> {
@@ -447,7 +499,7 @@ void from_packed(bool trans_a, i64 m, i64 w, i64 k, float alpha, const float* a,
   if (isa == isa_t::avx2 && m > sgemm_avx2::many_rows)
     return sgemm_avx2::row_blocks(m, w, k, a, trans_a ? 1 : lda, trans_a ? lda : 1, panels, n, j0, c, ldc, alpha,
                                   beta, epilogue);
-  run_over_a(
+  row_blocks(
       isa, trans_a, m, w, k, alpha, a, lda,
       [&](i64 jj, i64, i64) -> std::pair<const float*, i64> {
         const i64 at = j0 + jj;

@@ -559,6 +559,51 @@ TEST_CASE("the AVX2 kernel's row blocks (products of more than 256 rows) give th
   ops::sgemm_force_isa(ops::sgemm_isa::cpu);
 }
 
+TEST_CASE("a product of many rows (row blocks over all panels, op(B) packed whole) gives the bits of row chunks") {
+  // when op(A) spans more than 2 MiB the AVX-512 kernel runs its rows in blocks, each over every
+  // panel of op(B) (packed whole when it is copied at all); each element must still be the chain
+  // of FMAs that a chunk of 100 rows (one block, panel by panel) computes. m 1000, k 600: two
+  // blocks (of 504 and 496 rows with tiles of 8, 504 and 496 with 12); tb: op(B) packed whole,
+  // else read in place; beta, the epilogue and ragged n (80: panels of 32, 32 and 16) included.
+  if (!kernel_runs() || !__builtin_cpu_supports("avx512f")) {
+    SUCCEED("no AVX-512 on this CPU: its row blocks do not run");
+    return;
+  }
+  std::mt19937 rng(29);
+  std::uniform_real_distribution<float> u(-1.f, 1.f);
+  for (const bool ta : {false, true})
+    for (const bool tb : {false, true}) {
+      if (ta && tb) continue;  // not a shape the kernel takes
+      const i64 m = 1000, n = 80, k = 600, lda = (ta ? m : k) + 2, ldb = (tb ? k : n) + 3, ldc = n + 5;
+      std::vector<float> a(static_cast<std::size_t>((ta ? k : m) * lda)), b(static_cast<std::size_t>((tb ? n : k) * ldb)),
+          bias(static_cast<std::size_t>(n)), res(static_cast<std::size_t>(m * ldc)), c0(static_cast<std::size_t>(m * ldc));
+      for (auto* v : {&a, &b, &bias, &res, &c0})
+        for (auto& x : *v) x = u(rng);
+      for (const float beta : {0.f, -0.5f}) {
+        INFO("ta " << ta << " tb " << tb << " beta " << beta);
+        const ops::gemm_epilogue e{bias.data(), false, res.data(), ldc};
+        std::vector<float> whole = c0, chunks = c0;
+        REQUIRE(ops::sgemm_avx512(ta, tb, m, n, k, 1.25f, a.data(), lda, b.data(), ldb, beta, whole.data(), ldc, e));
+        for (i64 r0 = 0; r0 < m; r0 += 100) {
+          const ops::gemm_epilogue er{bias.data(), false, res.data() + r0 * ldc, ldc};
+          const float* ar = ta ? a.data() + r0 : a.data() + r0 * lda;
+          REQUIRE(ops::sgemm_avx512(ta, tb, 100, n, k, 1.25f, ar, lda, b.data(), ldb, beta, chunks.data() + r0 * ldc,
+                                    ldc, er));
+        }
+        CHECK(std::memcmp(whole.data(), chunks.data(), whole.size() * sizeof(float)) == 0);
+        // and right: row 997 (the second block's) against the double-precision sum
+        for (const i64 j : {i64{0}, i64{47}, i64{79}}) {
+          double sum = 0;
+          for (i64 q = 0; q < k; ++q)
+            sum += double(ta ? a[q * lda + 997] : a[997 * lda + q]) * double(tb ? b[j * ldb + q] : b[q * ldb + j]);
+          const double want = 1.25 * sum + beta * c0[997 * ldc + j] + bias[j] + res[997 * ldc + j];
+          CHECK(std::abs(whole[997 * ldc + j] - want) < 1e-3);
+        }
+        CHECK(whole[997 * ldc + n] == c0[997 * ldc + n]);  // the padding past n untouched
+      }
+    }
+}
+
 TEST_CASE("line_aligned gives a run of n words on a 64-byte boundary inside a buffer that only grows") {
   for (const std::int64_t n : {0, 1, 15, 16, 17, 1000, 1 << 16}) {
     std::vector<float> buffer;
