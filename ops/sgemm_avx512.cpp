@@ -258,8 +258,9 @@ constexpr i64 copied_panels = 4;
 // all of C's) again from the outer caches, one 4 KiB page per row when K = 1024, beyond the TLB's
 // reach. Intel Xeon (family 6 model 207), bench_gemm 1 thread, GFLOP/s, median of 5 alternating
 // runs on a noisy host, no blocks → blocks of 2 MiB (1 MiB): cube 139.6 → 147.6 (149.6), wide_dw
-// 121.6 → 138.2 (124.2), lm_head_32k 122.7 → 132.5 (131.1); wide_dx ([256, 1536] · [1536, 512])
-// 140.5 → 142.0 unsplit (123.6 split in two: why not 1 MiB). OpenBLAS beside them: 139–151.
+// 121.6 → 138.2 (124.2); wide_dx ([256, 1536] · [1536, 512]) 140.5 → 142.0 unsplit (123.6 split
+// in two: why not 1 MiB). OpenBLAS beside them: 139–151. (lm_head_32k, too small to be split,
+// ran 122.7 and 132.5 in the same runs: the host's noise.)
 constexpr i64 a_block_floats = i64{1} << 19;
 
 // Rows of op(A) that run over every panel of op(B) before the next rows do (row_blocks).
