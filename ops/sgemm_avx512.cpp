@@ -172,6 +172,17 @@ i64 chosen_tile_rows(bool packed_panels);
 std::atomic<int> forced_rows{0};  // sgemm_avx512_force_tile_rows
 i64 tile_rows_for(isa_t isa, bool packed_panels);
 
+// How far a panel's K rows may spread over B (floats) and still be read in place (packs_b): 1 MiB
+// on AMD family 25 (Zen 4: the shapes in packs_b's note), 512 KiB elsewhere — on the Intel Xeon,
+// bench_gemm 1 thread, median of 5 alternating runs, in place → copied: small_dx ([256, 1024] ·
+// [1024, 256], a span of exactly 1 MiB) 131.5 → 143.0 GFLOP/s, small_dw ([1024, 256]ᵀ · [1024, 256])
+// 121.0 → 130.4, while spans of 64 KiB and less were within noise either way (tiny_dx 155 / 152,
+// attn_pv 146 / 146).
+i64 in_place_span() {
+  static const i64 span = cpu().amd_family == 25 ? i64{1} << 18 : i64{1} << 17;
+  return span;
+}
+
 // Whether op(B) is copied into panels ([K, 32], the last [K, 16] or [K, 32], zero-padded past N)
 // rather than read in place: unless it is [K, N] already and N needs no padding. Read in place,
 // a panel's rows are K lines ldb floats apart; when that stride is a multiple of 4 KiB they all
@@ -179,23 +190,13 @@ i64 tile_rows_for(isa_t isa, bool packed_panels);
 // do not repay the copy) it is copied. Other strides read in place were faster than the copy on
 // AMD EPYC (Zen 4), bench_gemm 1 thread: tiny_dw 108 → 116 GFLOP/s, tiny_dx 113 → 116, small_dx
 // 111 → 114, row strides of 256–768 floats 1–4% faster; a stride of 1024 floats 4% slower.
-// A panel whose K rows span more than 1 MiB of B (k · ldb > 2^18 floats; in_place_span) is copied too: its 2·K
+// A panel whose K rows span more than 1 MiB of B (k · ldb > 2^18 floats) is copied too: its 2·K
 // lines then share too few second-level sets — on an Intel Xeon (family 6 model 207), bench_gemm
 // 1 thread, in place → copied: wide_dx ([256, 1536] · [1536, 512]) 61 → 142 GFLOP/s, wide_dw
 // ([1024, 1536]ᵀ · [1024, 512]) 71 → 134; on that Xeon spans from 512 KiB on gain from the copy too
 // (in_place_span), on Zen 4 the shapes above (spans up to 1 MiB) stay as they were.
 // The AVX2 kernel always copies: its tiles of 3 rows read each panel row for fewer FMAs (same
 // CPU, forced AVX2, GFLOP/s in place → copied: tiny_dx 85.6 → 105.7, small_dx 88.6 → 109.7)
-// How far a panel's K rows may spread over B (floats) and still be read in place: 1 MiB on AMD
-// family 25 (Zen 4: the shapes above), 512 KiB elsewhere — on the Intel Xeon, bench_gemm 1 thread,
-// median of 5 alternating runs, in place → copied: small_dx ([256, 1024] · [1024, 256], a span of
-// exactly 1 MiB) 131.5 → 143.0 GFLOP/s, small_dw ([1024, 256]ᵀ · [1024, 256]) 121.0 → 130.4, while
-// spans of 64 KiB and less were within noise either way (tiny_dx 155 / 152, attn_pv 146 / 146).
-i64 in_place_span() {
-  static const i64 span = cpu().amd_family == 25 ? i64{1} << 18 : i64{1} << 17;
-  return span;
-}
-
 bool packs_b(isa_t isa, bool trans_b, i64 m, i64 n, i64 k, i64 ldb) {
   return isa == isa_t::avx2 || trans_b || n % 16 != 0 || (m > 32 && (ldb % 1024 == 0 || k * ldb > in_place_span()));
 }
@@ -328,12 +329,11 @@ bool product(bool trans_a, bool trans_b, i64 m, i64 n, i64 k, float alpha, const
       return sgemm_avx512(trans_a, m, alpha, a, lda, pb, beta, c, ldc, epilogue);
   const bool pack = packs_b(isa, trans_b, m, n, k, ldb);
   if (isa == isa_t::avx512 && !strips && m > row_block(k, tile_rows_for(isa, pack))) {
-    if (!pack)
-      return row_blocks(
-                 isa, trans_a, m, n, k, alpha, a, lda,
-                 [&](i64 j0, i64, i64) -> std::pair<const float*, i64> { return {b + j0, ldb}; }, false, beta, c,
-                 ldc, epilogue),
-             true;
+    if (!pack) {  // op(B) read in place
+      const auto in_place_panel = [&](i64 j0, i64, i64) -> std::pair<const float*, i64> { return {b + j0, ldb}; };
+      row_blocks(isa, trans_a, m, n, k, alpha, a, lda, in_place_panel, false, beta, c, ldc, epilogue);
+      return true;
+    }
     if (n * k <= max_packed && n > panel_cols) {  // op(B) packed whole, once, for all the blocks
       packing_buffer<float> storage = take_packing_buffer<float>();
       float* const panels = line_aligned(storage, sgemm_panels_size(n, k));
