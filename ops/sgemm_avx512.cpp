@@ -310,10 +310,6 @@ void run_over_a(isa_t isa, bool trans_a, i64 m, i64 n, i64 k, float alpha, const
   }
 }
 
-void pack_panels(isa_t isa, bool trans_b, const float* b, i64 ldb, i64 n, i64 k, float* out, i64 p0, i64 p1);
-void from_packed(bool trans_a, i64 m, i64 w, i64 k, float alpha, const float* a, i64 lda, const float* panels, i64 n,
-                 i64 j0, float beta, float* c, i64 ldc, const gemm_epilogue& epilogue);
-
 // sgemm_avx512's product, op(A) read from `strips` (pack_strips, tiles of strip_rows rows) when
 // not null and the products still run on AVX-512 tiles of that height, else from a.
 bool product(bool trans_a, bool trans_b, i64 m, i64 n, i64 k, float alpha, const float* a, i64 lda,
@@ -324,24 +320,18 @@ bool product(bool trans_a, bool trans_b, i64 m, i64 n, i64 k, float alpha, const
   // the strips' own height, unless tiles of another height were forced since they were copied
   const int forced = forced_rows.load(std::memory_order_relaxed);
   if (isa != isa_t::avx512 || (forced != 0 && forced != strip_rows)) strips = nullptr;
-  if (isa == isa_t::avx2 && m > sgemm_avx2::many_rows && n > panel_cols)  // in row blocks (sgemm_avx2::row_blocks)
+  const bool pack = packs_b(isa, trans_b, m, n, k, ldb);
+  // many rows: in blocks of rows (sgemm_avx2::row_blocks; row_blocks), each over all of op(B),
+  // which is then packed whole once (sgemm_packed_b, when it would be copied and fits) or read in place
+  const bool blocks = isa == isa_t::avx2 ? m > sgemm_avx2::many_rows
+                                         : isa == isa_t::avx512 && !strips && m > row_block(k, tile_rows_for(isa, pack));
+  if (blocks && pack && n > panel_cols)
     if (const sgemm_packed_b pb(trans_b, n, k, b, ldb); pb.packed())
       return sgemm_avx512(trans_a, m, alpha, a, lda, pb, beta, c, ldc, epilogue);
-  const bool pack = packs_b(isa, trans_b, m, n, k, ldb);
-  if (isa == isa_t::avx512 && !strips && m > row_block(k, tile_rows_for(isa, pack))) {
-    if (!pack) {  // op(B) read in place
-      const auto in_place_panel = [&](i64 j0, i64, i64) -> std::pair<const float*, i64> { return {b + j0, ldb}; };
-      row_blocks(isa, trans_a, m, n, k, alpha, a, lda, in_place_panel, false, beta, c, ldc, epilogue);
-      return true;
-    }
-    if (n * k <= max_packed && n > panel_cols) {  // op(B) packed whole, once, for all the blocks
-      packing_buffer<float> storage = take_packing_buffer<float>();
-      float* const panels = line_aligned(storage, sgemm_panels_size(n, k));
-      pack_panels(isa, trans_b, b, ldb, n, k, panels, 0, (n + panel_cols - 1) / panel_cols);
-      from_packed(trans_a, m, n, k, alpha, a, lda, panels, n, 0, beta, c, ldc, epilogue);
-      give_packing_buffer(std::move(storage));
-      return true;
-    }
+  if (blocks && !pack && isa == isa_t::avx512) {
+    const auto in_place_panel = [&](i64 j0, i64, i64) -> std::pair<const float*, i64> { return {b + j0, ldb}; };
+    row_blocks(isa, trans_a, m, n, k, alpha, a, lda, in_place_panel, false, beta, c, ldc, epilogue);
+    return true;
   }
   thread_local std::vector<float> buffer;  // nothing else runs on this thread until the product is done
   float* const panel_buffer = pack ? line_aligned(buffer, k * panel_cols) : nullptr;
