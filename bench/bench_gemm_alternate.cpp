@@ -4,9 +4,12 @@
 // move by more than a kernel change (bench_gemm runs each case on its own). Operands are held as
 // the executor's arena holds them (2 MiB and more in transparent huge pages). With
 // `--concurrent T`, T threads each run their own product at once (the sgemm row of
-// bench_vs_torch at T threads); every call is on one thread.
+// bench_vs_torch at T threads); every call is on one thread. With `--tile-rows R` (8 or 12) loom's
+// AVX-512 kernel runs tiles of R rows instead of the ones it chose for the CPU. A round times each
+// side's product enough times to do about 2^30 multiply-adds (a 1024³ product once; the training
+// step's smaller products several times over), so that every timing spans milliseconds.
 //
-//   bench_gemm_alternate [--rounds N] [--concurrent T] [--shape cube_nn|cube_tn|cube_nt|all]
+//   bench_gemm_alternate [--rounds N] [--concurrent T] [--tile-rows R] [--shape NAME|all]
 //
 // One line per shape: loom's and OpenBLAS's median GFLOP/s (all T products counted) over the
 // rounds after the first three, and loom / OpenBLAS.
@@ -18,6 +21,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
 #include <random>
 #include <string>
 #include <thread>
@@ -27,6 +31,7 @@
 
 #include "../core/huge_pages.hpp"
 #include "../ops/blas.hpp"
+#include "../ops/sgemm_avx512.hpp"  // sgemm_avx512_force_tile_rows
 
 namespace {
 
@@ -42,6 +47,16 @@ const shape shapes[] = {
     {"cube_nn", false, false, 1024, 1024, 1024},  // a · b
     {"cube_tn", true, false, 1024, 1024, 1024},   // aᵀ · b: a weight gradient's form
     {"cube_nt", false, true, 1024, 1024, 1024},   // a · bᵀ: a layer's forward
+    // the small training step's products (bench_gemm's names): forward, input and weight gradients
+    {"small_ffn_up", false, true, 256, 1024, 256},
+    {"small_dx", false, false, 256, 256, 1024},
+    {"small_dw", true, false, 256, 256, 1024},
+    {"wide_qkv", false, true, 256, 1536, 512},
+    {"wide_dx", false, false, 256, 512, 1536},
+    {"wide_dw", true, false, 1536, 512, 1024},
+    // op(B) read in place: attention's P · V block, the tiny model's input gradient
+    {"attn_pv", false, false, 128, 64, 256},
+    {"tiny_dx", false, false, 256, 64, 256},
 };
 
 struct operands {
@@ -54,18 +69,24 @@ double median(std::vector<double> v) {
 }
 
 // Seconds for `threads` products at once, each on its own operands, by loom or by OpenBLAS.
+// Products per timing: about 2^30 multiply-adds.
+std::int64_t calls(const shape& s) { return std::max<std::int64_t>(1, (std::int64_t{1} << 30) / (s.m * s.n * s.k)); }
+
 double timed(const shape& s, std::vector<operands>& ops, bool loom) {
   const auto t0 = std::chrono::steady_clock::now();
   std::vector<std::thread> workers;
   for (auto& o : ops)
     workers.emplace_back([&s, &o, loom] {
       const std::int64_t lda = s.ta ? s.m : s.k, ldb = s.tb ? s.k : s.n;
-      if (loom) {
-        loom::ops::gemm<float>(s.ta, s.tb, s.m, s.n, s.k, 1.f, o.a.data(), lda, o.b.data(), ldb, 0.f, o.c.data(), s.n);
-      } else {
-        cblas_sgemm(CblasRowMajor, s.ta ? CblasTrans : CblasNoTrans, s.tb ? CblasTrans : CblasNoTrans,
-                    static_cast<int>(s.m), static_cast<int>(s.n), static_cast<int>(s.k), 1.f, o.a.data(),
-                    static_cast<int>(lda), o.b.data(), static_cast<int>(ldb), 0.f, o.c.data(), static_cast<int>(s.n));
+      for (std::int64_t i = calls(s); i > 0; --i) {
+        if (loom) {
+          loom::ops::gemm<float>(s.ta, s.tb, s.m, s.n, s.k, 1.f, o.a.data(), lda, o.b.data(), ldb, 0.f, o.c.data(),
+                                 s.n);
+        } else {
+          cblas_sgemm(CblasRowMajor, s.ta ? CblasTrans : CblasNoTrans, s.tb ? CblasTrans : CblasNoTrans,
+                      static_cast<int>(s.m), static_cast<int>(s.n), static_cast<int>(s.k), 1.f, o.a.data(),
+                      static_cast<int>(lda), o.b.data(), static_cast<int>(ldb), 0.f, o.c.data(), static_cast<int>(s.n));
+        }
       }
     });
   for (auto& w : workers) w.join();
@@ -73,24 +94,36 @@ double timed(const shape& s, std::vector<operands>& ops, bool loom) {
 }
 
 int usage(const char* argv0) {
-  std::fprintf(stderr, "usage: %s [--rounds N (4..10000)] [--concurrent T (1..64)] [--shape cube_nn|cube_tn|cube_nt|all]\n",
+  std::fprintf(stderr, "usage: %s [--rounds N (4..10000)] [--concurrent T (1..64)] [--tile-rows 8|12] [--shape NAME|all]\n",
                argv0);
+  std::fprintf(stderr, "shapes:");
+  for (const shape& s : shapes) std::fprintf(stderr, " %s", s.name);
+  std::fprintf(stderr, "\n");
   return 2;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  int rounds = 25, threads = 1;
+  int rounds = 25, threads = 1, tile_rows = 0;
   std::string only = "all";
   for (int i = 1; i < argc; ++i) {
     const bool has_value = i + 1 < argc;
     if (!std::strcmp(argv[i], "--rounds") && has_value) rounds = std::atoi(argv[++i]);
     else if (!std::strcmp(argv[i], "--concurrent") && has_value) threads = std::atoi(argv[++i]);
+    else if (!std::strcmp(argv[i], "--tile-rows") && has_value) tile_rows = std::atoi(argv[++i]);
     else if (!std::strcmp(argv[i], "--shape") && has_value) only = argv[++i];
     else return usage(argv[0]);
   }
   if (rounds < 4 || rounds > 10000 || threads < 1 || threads > 64) return usage(argv[0]);
+  if (tile_rows != 0) {
+    try {
+      loom::ops::sgemm_avx512_force_tile_rows(tile_rows);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "%s\n", e.what());
+      return 2;
+    }
+  }
   openblas_set_num_threads(1);
   tbb::global_control one(tbb::global_control::max_allowed_parallelism, 1);  // loom's calls: one thread each
   bool any = false;
@@ -115,7 +148,7 @@ int main(int argc, char** argv) {
         blas_s.push_back(b);
       }
     }
-    const double flop = 2.0 * static_cast<double>(s.m * s.n * s.k) * threads;
+    const double flop = 2.0 * static_cast<double>(s.m * s.n * s.k) * static_cast<double>(threads * calls(s));
     const double l = median(loom_s), b = median(blas_s);
     std::printf("%s concurrent %d: loom %.1f GFLOP/s, OpenBLAS %.1f GFLOP/s, loom / OpenBLAS %.2f (medians of %d)\n",
                 s.name, threads, flop / l * 1e-9, flop / b * 1e-9, b / l, rounds - 3);

@@ -64,6 +64,35 @@ constexpr i64 max_packed = i64{1} << 20;
 // Rows that packs_b takes as "many" (more than 32) when the product's rows are not known yet.
 constexpr i64 many_rows = 1024;
 
+// The K steps of a tile: acc[r][v] += op(A)(r, kk) · panel row kk, kk = 0..k−1 in order, op(A)'s
+// element (r, kk) at a[r·a_row + kk·a_k] with a_row = 1 (strips, or A transposed and read in
+// place: row r a fixed offset from one pointer) or a_k = 1 (A read in place by rows). By rows,
+// every third row has a pointer and the two after it are one and two strides past it: a pointer
+// per row, with op(B)'s pointer, its stride and the count, outgrew the general registers at 12
+// rows (GCC kept one in a vector register and moved it back at every step, on port 0, an FMA's).
+template <int R, int NV, bool Unit>
+[[gnu::target("avx512f"), gnu::always_inline]] inline void k_steps(__m512 (&acc)[R][NV], const float* a, i64 a_row,
+                                                                  i64 a_k, const float* b, i64 ldb, i64 k) {
+  constexpr int bases = Unit ? 1 : (R + 2) / 3;
+  const float* p[bases];
+#pragma GCC unroll 4
+  for (int q = 0; q < bases; ++q) p[q] = a + 3 * q * a_row;
+  for (i64 kk = 0; kk < k; ++kk) {
+    __m512 bv[NV];
+#pragma GCC unroll 2
+    for (int v = 0; v < NV; ++v) bv[v] = _mm512_loadu_ps(b + 16 * v);
+    b += ldb;
+#pragma GCC unroll 12
+    for (int r = 0; r < R; ++r) {
+      const __m512 av = _mm512_set1_ps(Unit ? p[0][r] : p[r / 3][r % 3 * a_row]);
+#pragma GCC unroll 2
+      for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_fmadd_ps(av, bv[v], acc[r][v]);
+    }
+#pragma GCC unroll 4
+    for (int q = 0; q < bases; ++q) p[q] += Unit ? a_k : 1;
+  }
+}
+
 // R rows × 16·NV columns of C from op(A) (element (i, k) at a[i·a_row + k·a_k]) and a panel of
 // op(B) (row k at b + k·ldb, 16·NV floats readable); `last` masks the columns of the last
 // vector that C has (all 16 but at the right edge of a ragged N).
@@ -78,19 +107,8 @@ template <int R, int NV>
   for (int r = 0; r < R; ++r)
 #pragma GCC unroll 2
     for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_setzero_ps();
-  for (i64 kk = 0; kk < k; ++kk) {
-    const float* br = b + kk * ldb;
-    __m512 bv[NV];
-#pragma GCC unroll 2
-    for (int v = 0; v < NV; ++v) bv[v] = _mm512_loadu_ps(br + 16 * v);
-    const float* ak = a + kk * a_k;
-#pragma GCC unroll 12
-    for (int r = 0; r < R; ++r) {
-      const __m512 av = _mm512_set1_ps(ak[r * a_row]);
-#pragma GCC unroll 2
-      for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_fmadd_ps(av, bv[v], acc[r][v]);
-    }
-  }
+  if (a_row == 1) k_steps<R, NV, true>(acc, a, 1, a_k, b, ldb, k);
+  else k_steps<R, NV, false>(acc, a, a_row, 1, b, ldb, k);
   if (beta == 0.f && !e.bias && !e.relu && !e.residual && last == 0xFFFF) {
     // whole vectors and nothing but alpha (attention's scores, most products): put_lanes'
     // operations with its tests, and the lane masks, out of the stores; each test per vector
