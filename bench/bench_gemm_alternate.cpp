@@ -111,7 +111,11 @@ int main(int argc, char** argv) {
     const bool has_value = i + 1 < argc;
     if (!std::strcmp(argv[i], "--rounds") && has_value) rounds = std::atoi(argv[++i]);
     else if (!std::strcmp(argv[i], "--concurrent") && has_value) threads = std::atoi(argv[++i]);
-    else if (!std::strcmp(argv[i], "--tile-rows") && has_value) tile_rows = std::atoi(argv[++i]);
+    else if (!std::strcmp(argv[i], "--tile-rows") && has_value) {
+      const std::string r = argv[++i];
+      if (r != "8" && r != "12") return usage(argv[0]);
+      tile_rows = std::stoi(r);
+    }
     else if (!std::strcmp(argv[i], "--shape") && has_value) only = argv[++i];
     else return usage(argv[0]);
   }
