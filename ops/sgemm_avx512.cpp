@@ -22,6 +22,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cassert>
 #include <chrono>
 #include <cstdlib>
 #include <limits>
@@ -93,9 +94,10 @@ template <int R, int NV, bool Unit>
   }
 }
 
-// R rows × 16·NV columns of C from op(A) (element (i, k) at a[i·a_row + k·a_k]) and a panel of
-// op(B) (row k at b + k·ldb, 16·NV floats readable); `last` masks the columns of the last
-// vector that C has (all 16 but at the right edge of a ragged N).
+// R rows × 16·NV columns of C from op(A) (element (i, k) at a[i·a_row + k·a_k], a_row = 1 or
+// a_k = 1: every layout of a_layout) and a panel of op(B) (row k at b + k·ldb, 16·NV floats
+// readable); `last` masks the columns of the last vector that C has (all 16 but at the right
+// edge of a ragged N).
 template <int R, int NV>
 [[gnu::target("avx512f"), gnu::always_inline]] inline void tile(const float* a, i64 a_row, i64 a_k, const float* b,
                                                                 i64 ldb, i64 k, float* c, i64 ldc, float alpha,
@@ -107,6 +109,7 @@ template <int R, int NV>
   for (int r = 0; r < R; ++r)
 #pragma GCC unroll 2
     for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_setzero_ps();
+  assert(a_row == 1 || a_k == 1);  // k_steps reads rows of a_row ≠ 1 one float apart in k
   if (a_row == 1) k_steps<R, NV, true>(acc, a, 1, a_k, b, ldb, k);
   else k_steps<R, NV, false>(acc, a, a_row, 1, b, ldb, k);
   if (beta == 0.f && !e.bias && !e.relu && !e.residual && last == 0xFFFF) {
