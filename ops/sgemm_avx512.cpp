@@ -65,19 +65,20 @@ constexpr i64 max_packed = i64{1} << 20;
 // Rows that packs_b takes as "many" (more than 32) when the product's rows are not known yet.
 constexpr i64 many_rows = 1024;
 
-// The K steps of a tile: acc[r][v] += op(A)(r, kk) · panel row kk, kk = 0..k−1 in order, op(A)'s
-// element (r, kk) at a[r·a_row + kk·a_k] with a_row = 1 (strips, or A transposed and read in
-// place: row r a fixed offset from one pointer) or a_k = 1 (A read in place by rows). By rows,
-// every third row has a pointer and the two after it are one and two strides past it: a pointer
-// per row, with op(B)'s pointer, its stride and the count, outgrew the general registers at 12
-// rows (GCC kept one in a vector register and moved it back at every step, on port 0, an FMA's).
+// The K steps of a tile: acc[r][v] += op(A)(r, kk) · panel row kk, kk = 0..k−1 in order. Unit:
+// op(A)'s rows one float apart (strips, or A transposed and read in place), element (r, kk) at
+// a[r + kk·stride], row r a fixed offset from one pointer. Otherwise A is read in place by rows,
+// element (r, kk) at a[r·stride + kk]: every third row has a pointer and the two after it are one
+// and two strides past it. A pointer per row, with op(B)'s pointer, its stride and the count,
+// outgrew the general registers at 12 rows (GCC kept one in a vector register and moved it back
+// at every step, on port 0, an FMA's).
 template <int R, int NV, bool Unit>
-[[gnu::target("avx512f"), gnu::always_inline]] inline void k_steps(__m512 (&acc)[R][NV], const float* a, i64 a_row,
-                                                                  i64 a_k, const float* b, i64 ldb, i64 k) {
+[[gnu::target("avx512f"), gnu::always_inline]] inline void k_steps(__m512 (&acc)[R][NV], const float* a, i64 stride,
+                                                                  const float* b, i64 ldb, i64 k) {
   constexpr int bases = Unit ? 1 : (R + 2) / 3;
   const float* p[bases];
 #pragma GCC unroll 4
-  for (int q = 0; q < bases; ++q) p[q] = a + 3 * q * a_row;
+  for (int q = 0; q < bases; ++q) p[q] = a + 3 * q * stride;
   for (i64 kk = 0; kk < k; ++kk) {
     __m512 bv[NV];
 #pragma GCC unroll 2
@@ -85,12 +86,12 @@ template <int R, int NV, bool Unit>
     b += ldb;
 #pragma GCC unroll 12
     for (int r = 0; r < R; ++r) {
-      const __m512 av = _mm512_set1_ps(Unit ? p[0][r] : p[r / 3][r % 3 * a_row]);
+      const __m512 av = _mm512_set1_ps(Unit ? p[0][r] : p[r / 3][r % 3 * stride]);
 #pragma GCC unroll 2
       for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_fmadd_ps(av, bv[v], acc[r][v]);
     }
 #pragma GCC unroll 4
-    for (int q = 0; q < bases; ++q) p[q] += Unit ? a_k : 1;
+    for (int q = 0; q < bases; ++q) p[q] += Unit ? stride : 1;
   }
 }
 
@@ -109,9 +110,9 @@ template <int R, int NV>
   for (int r = 0; r < R; ++r)
 #pragma GCC unroll 2
     for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_setzero_ps();
-  assert(a_row == 1 || a_k == 1);  // k_steps reads rows of a_row ≠ 1 one float apart in k
-  if (a_row == 1) k_steps<R, NV, true>(acc, a, 1, a_k, b, ldb, k);
-  else k_steps<R, NV, false>(acc, a, a_row, 1, b, ldb, k);
+  assert(a_row == 1 || a_k == 1);  // k_steps's two layouts
+  if (a_row == 1) k_steps<R, NV, true>(acc, a, a_k, b, ldb, k);
+  else k_steps<R, NV, false>(acc, a, a_row, b, ldb, k);
   if (beta == 0.f && !e.bias && !e.relu && !e.residual && last == 0xFFFF) {
     // whole vectors and nothing but alpha (attention's scores, most products): put_lanes'
     // operations with its tests, and the lane masks, out of the stores; each test per vector
