@@ -1,8 +1,6 @@
 // loom's own single-precision GEMM (ops/sgemm_avx512.cpp) against OpenBLAS's cblas_sgemm, and
 // loom's bf16 GEMM (ops/bgemm.cpp: the same float operands rounded to bf16, float accumulation)
-// beside them, on the products loom's models make: the layers of the tiny and small
-// encoder–decoders of scripts/bench_vs_torch (row chunks of 256, weight gradients summed over all
-// rows), the fused attention's blocks, and 1024³. One thread, operands reused across iterations
+// beside them, on the products loom's models make (gemm_shapes.hpp). One thread, operands reused across iterations
 // (hot caches), so it compares the kernels and their packing, not memory traffic. Counters:
 // GFLOP/s.
 //
@@ -18,31 +16,11 @@
 #include "../ops/bgemm.hpp"
 #include "../ops/sgemm_avx512.hpp"
 #include "bench_support.hpp"
+#include "gemm_shapes.hpp"
 
 namespace {
 
-struct shape {
-  const char* kind;
-  bool ta, tb;
-  std::int64_t m, n, k;
-};
-
-// NT: x · Wᵀ (forward), NN: dz · W (input gradient), TN: dzᵀ · x (weight gradient)
-const shape shapes[] = {
-    {"tiny_qkv", false, true, 256, 64, 64},      {"tiny_ffn_up", false, true, 256, 256, 64},
-    {"tiny_ffn_down", false, true, 256, 64, 256}, {"tiny_dx", false, false, 256, 64, 256},
-    {"tiny_dw", true, false, 64, 64, 512},        {"tiny_dw_ffn", true, false, 256, 64, 512},
-    {"tiny_attn", false, true, 16, 16, 16},       {"small_ffn_up", false, true, 256, 1024, 256},
-    {"small_dx", false, false, 256, 256, 1024},   {"small_dw", true, false, 256, 256, 1024},
-    {"attn_block", false, true, 128, 256, 64},    {"attn_pv", false, false, 128, 64, 256},
-    {"cube", false, false, 1024, 1024, 1024},
-    // beyond N and K of 1024: a d = 512 model's QKV (N 1536) and FFN (2048), their input and weight
-    // gradients (K 1536 and 2048 in 256-row chunks), a 4096-wide FFN's down projection, a 32k-token lm head
-    {"wide_qkv", false, true, 256, 1536, 512},    {"wide_dx", false, false, 256, 512, 1536},
-    {"wide_dw", true, false, 1536, 512, 1024},    {"ffn2048_up", false, true, 256, 2048, 512},
-    {"ffn2048_down", false, true, 256, 512, 2048}, {"ffn4096_down", false, true, 256, 1024, 4096},
-    {"lm_head_32k", false, true, 256, 32000, 512},
-};
+using shape = bench::gemm_shape;
 
 // Whose product a case measures: loom's float GEMM with the instructions and tile this CPU chose,
 // or forced to AVX-512 tiles of 8 or 12 rows (loom_r8, loom_r12) or to the AVX2 kernel
@@ -99,7 +77,7 @@ void run(benchmark::State& state, shape s, kernel who) {
 
 int main(int argc, char** argv) {
   openblas_set_num_threads(1);
-  for (const shape& s : shapes)
+  for (const shape& s : bench::gemm_shapes)
     for (kernel who :
          {kernel::loom, kernel::loom_r8, kernel::loom_r12, kernel::loom_avx2, kernel::loom_bf16, kernel::openblas}) {
       const char* suffix = who == kernel::loom       ? "/loom"
@@ -108,7 +86,7 @@ int main(int argc, char** argv) {
                            : who == kernel::loom_avx2 ? "/loom_avx2"
                            : who == kernel::loom_bf16 ? "/loom_bf16"
                                                      : "/openblas";
-      const std::string name = std::string(s.kind) + "/" + (s.ta ? "T" : "N") + (s.tb ? "T" : "N") +
+      const std::string name = std::string(s.name) + "/" + (s.ta ? "T" : "N") + (s.tb ? "T" : "N") +
                                "/m=" + std::to_string(s.m) + ",n=" + std::to_string(s.n) +
                                ",k=" + std::to_string(s.k) + suffix;
       bench::measured(benchmark::RegisterBenchmark(name.c_str(), run, s, who), benchmark::kMicrosecond);

@@ -22,6 +22,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <iterator>
 #include <random>
 #include <string>
 #include <thread>
@@ -32,32 +33,26 @@
 #include "../core/huge_pages.hpp"
 #include "../ops/blas.hpp"
 #include "../ops/sgemm_avx512.hpp"  // sgemm_avx512_force_tile_rows
+#include "gemm_shapes.hpp"
 
 namespace {
 
 using operand = std::vector<float, loom::huge_page_allocator<float>>;
 
-struct shape {
-  const char* name;
-  bool ta, tb;
-  std::int64_t m, n, k;
-};
+using shape = bench::gemm_shape;
 
-const shape shapes[] = {
+// 1024³ in its three forms, then bench_gemm's shapes (gemm_shapes.hpp) but its cube (cube_nn).
+const shape cubes[] = {
     {"cube_nn", false, false, 1024, 1024, 1024},  // a · b
     {"cube_tn", true, false, 1024, 1024, 1024},   // aᵀ · b: a weight gradient's form
     {"cube_nt", false, true, 1024, 1024, 1024},   // a · bᵀ: a layer's forward
-    // the small training step's products (bench_gemm's names): forward, input and weight gradients
-    {"small_ffn_up", false, true, 256, 1024, 256},
-    {"small_dx", false, false, 256, 256, 1024},
-    {"small_dw", true, false, 256, 256, 1024},
-    {"wide_qkv", false, true, 256, 1536, 512},
-    {"wide_dx", false, false, 256, 512, 1536},
-    {"wide_dw", true, false, 1536, 512, 1024},
-    // op(B) read in place: attention's P · V block, the tiny model's input gradient
-    {"attn_pv", false, false, 128, 64, 256},
-    {"tiny_dx", false, false, 256, 64, 256},
 };
+std::vector<shape> all_shapes() {
+  std::vector<shape> v(std::begin(cubes), std::end(cubes));
+  for (const shape& s : bench::gemm_shapes)
+    if (std::strcmp(s.name, "cube") != 0) v.push_back(s);
+  return v;
+}
 
 struct operands {
   operand a, b, c;
@@ -68,10 +63,11 @@ double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
-// Seconds for `threads` products at once, each on its own operands, by loom or by OpenBLAS.
 // Products per timing: about 2^30 multiply-adds.
 std::int64_t calls(const shape& s) { return std::max<std::int64_t>(1, (std::int64_t{1} << 30) / (s.m * s.n * s.k)); }
 
+// Seconds for `threads` runs at once of calls(s) products each, each thread on its own operands,
+// by loom or by OpenBLAS.
 double timed(const shape& s, std::vector<operands>& ops, bool loom) {
   const auto t0 = std::chrono::steady_clock::now();
   std::vector<std::thread> workers;
@@ -97,7 +93,7 @@ int usage(const char* argv0) {
   std::fprintf(stderr, "usage: %s [--rounds N (4..10000)] [--concurrent T (1..64)] [--tile-rows 8|12] [--shape NAME|all]\n",
                argv0);
   std::fprintf(stderr, "shapes:");
-  for (const shape& s : shapes) std::fprintf(stderr, " %s", s.name);
+  for (const shape& s : all_shapes()) std::fprintf(stderr, " %s", s.name);
   std::fprintf(stderr, "\n");
   return 2;
 }
@@ -131,7 +127,7 @@ int main(int argc, char** argv) {
   openblas_set_num_threads(1);
   tbb::global_control one(tbb::global_control::max_allowed_parallelism, 1);  // loom's calls: one thread each
   bool any = false;
-  for (const shape& s : shapes) {
+  for (const shape& s : all_shapes()) {
     if (only != "all" && only != s.name) continue;
     any = true;
     std::mt19937 rng(1);
