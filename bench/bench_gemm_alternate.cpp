@@ -90,7 +90,8 @@ double timed(const shape& s, std::vector<operands>& ops, bool loom) {
 }
 
 int usage(const char* argv0) {
-  std::fprintf(stderr, "usage: %s [--rounds N (4..10000)] [--concurrent T (1..64)] [--tile-rows 8|12] [--shape NAME|all]\n",
+  std::fprintf(stderr,
+               "usage: %s [--rounds N (4..10000)] [--concurrent T (1..64)] [--tile-rows 8|12] [--shape NAME|all]\n",
                argv0);
   std::fprintf(stderr, "shapes:");
   for (const shape& s : all_shapes()) std::fprintf(stderr, " %s", s.name);

@@ -345,8 +345,9 @@ bool product(bool trans_a, bool trans_b, i64 m, i64 n, i64 k, float alpha, const
   const bool pack = packs_b(isa, trans_b, m, n, k, ldb);
   // many rows: in blocks of rows (sgemm_avx2::row_blocks; row_blocks), each over all of op(B),
   // which is then packed whole once (sgemm_packed_b, when it would be copied and fits) or read in place
-  const bool blocks = isa == isa_t::avx2 ? m > sgemm_avx2::many_rows
-                                         : isa == isa_t::avx512 && !strips && m > row_block(k, tile_rows_for(isa, pack));
+  const bool blocks = isa == isa_t::avx2
+                          ? m > sgemm_avx2::many_rows
+                          : isa == isa_t::avx512 && !strips && m > row_block(k, tile_rows_for(isa, pack));
   if (blocks && pack && n > panel_cols)
     if (const sgemm_packed_b pb(trans_b, n, k, b, ldb); pb.packed())
       return sgemm_avx512(trans_a, m, alpha, a, lda, pb, beta, c, ldc, epilogue);
