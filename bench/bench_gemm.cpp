@@ -94,7 +94,7 @@ int main(int argc, char** argv) {
   const auto tiling = loom::ops::sgemm_avx512_tiling();
   benchmark::AddCustomContext("loom sgemm", std::string(tiling.isa) + ", tiles of " + std::to_string(tiling.rows) +
                                                 " rows x 32 columns (" + std::to_string(tiling.packed_rows) +
-                                                " rows on copied panels; " + tiling.how + ")");
+                                                " rows on copied panels; " + tiling.how + ", CPU " + tiling.cpu + ")");
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   benchmark::RunSpecifiedBenchmarks();

@@ -757,9 +757,10 @@ int main(int argc, char** argv) {
       s.subnormals = subnormal_mode::keep;
     else if (!std::strcmp(argv[i], "--tiling")) {  // loom's float GEMM tile on this CPU (sgemm_avx512.hpp)
       const auto t = ops::sgemm_avx512_tiling();
-      std::printf("%s, tiles of %d rows x 32 columns, %d on copied panels (%s; AVX-512 timed now: %d, %d rows); "
+      std::printf("%s, tiles of %d rows x 32 columns, %d on copied panels (%s, CPU %s; "
+                  "AVX-512 timed now: %d, %d rows); "
                   "int8 weight products: %s; OpenBLAS's core (the products loom's kernels do not take): %s\n",
-                  t.isa, t.rows, t.packed_rows, t.how, ops::sgemm_avx512_measure_tile_rows(false),
+                  t.isa, t.rows, t.packed_rows, t.how, t.cpu, ops::sgemm_avx512_measure_tile_rows(false),
                   ops::sgemm_avx512_measure_tile_rows(true), ops::int8_gemm_kernel(), openblas_get_corename());
       return 0;
     } else if (!std::strcmp(argv[i], "--list")) {

@@ -15,7 +15,10 @@ struct cpu_features {
   bool avx512_v4 = false;    ///< x86-64-v4's AVX-512 (F, BW, CD, DQ, VL): the 64-byte vector clones
   bool avx512_bf16 = false;  ///< AVX-512F, BW and BF16: the bf16 GEMM
   bool avx512_vnni = false;  ///< AVX-512F, BW, DQ and VNNI: the int8 GEMM
-  int amd_family = 0;        ///< AMD's CPU family (base + extended, as lscpu prints it); 0 for other vendors
+  bool amd = false;          ///< "AuthenticAMD"
+  bool intel = false;        ///< "GenuineIntel"
+  int family = 0;            ///< the CPU family as lscpu prints it (base, plus extended where base is 15)
+  int model = 0;             ///< the model as lscpu prints it (extended model · 16 + base in families 6 and 15+)
 };
 
 /// This CPU's (read at the first call; safe among static constructors).
@@ -31,11 +34,16 @@ inline const cpu_features& cpu() {
     c.avx512_v4 = c.avx512f && bw && dq && __builtin_cpu_supports("avx512cd") && __builtin_cpu_supports("avx512vl");
     c.avx512_bf16 = c.avx512f && bw && __builtin_cpu_supports("avx512bf16");
     c.avx512_vnni = c.avx512f && bw && dq && __builtin_cpu_supports("avx512vnni");
-    unsigned a = 0, b = 0, d = 0, e = 0;  // "AuthenticAMD" in ebx, edx, ecx of leaf 0
-    if (__get_cpuid(0, &a, &b, &e, &d) && b == 0x68747541u && d == 0x69746e65u && e == 0x444d4163u &&
-        __get_cpuid(1, &a, &b, &e, &d)) {
+    unsigned a = 0, b = 0, d = 0, e = 0;  // the vendor in ebx, edx, ecx of leaf 0
+    if (__get_cpuid(0, &a, &b, &e, &d)) {
+      c.amd = b == 0x68747541u && d == 0x69746e65u && e == 0x444d4163u;    // "Auth" "enti" "cAMD"
+      c.intel = b == 0x756e6547u && d == 0x49656e69u && e == 0x6c65746eu;  // "Genu" "ineI" "ntel"
+    }
+    if (__get_cpuid(1, &a, &b, &e, &d)) {  // family and model in eax of leaf 1
       const int base = static_cast<int>((a >> 8) & 0xF), ext = static_cast<int>((a >> 20) & 0xFF);
-      c.amd_family = base == 0xF ? base + ext : base;
+      const int model = static_cast<int>((a >> 4) & 0xF), ext_model = static_cast<int>((a >> 16) & 0xF);
+      c.family = base == 0xF ? base + ext : base;
+      c.model = base == 0x6 || base == 0xF ? ext_model * 16 + model : model;
     }
 #endif
     return c;

@@ -18,16 +18,13 @@
 // attention block.
 #include "sgemm_avx512.hpp"
 #include "sgemm_avx2.hpp"
+#include "sgemm_choice.hpp"
 #include "sgemm_lanes.hpp"
 
 #include <algorithm>
-#include <atomic>
 #include <cassert>
 #include <chrono>
-#include <cstdlib>
 #include <limits>
-#include <stdexcept>
-#include <string>
 #include <cstdint>
 #include <utility>
 #include <vector>
@@ -154,31 +151,8 @@ template <int NV>
   }
 }
 
-// The vector instructions the products run on: AVX-512 where the CPU has it, else AVX2 + FMA
-// (ops/sgemm_avx2.cpp: the same panels, the same bits), else none (the BLAS computes them).
-enum class isa_t { none, avx2, avx512 };
-
-std::atomic<int> forced_isa{0};  // 0: the CPU's; else an isa_t forced (sgemm_force_isa)
-
-// The CPU's choice, or LOOM_SGEMM_ISA's when the environment sets it ("avx2" or "avx512": to run
-// a whole program, or the tests, on the other kernel; the same bits).
-isa_t cpu_isa() {
-  static const isa_t isa = [] {
-    const isa_t best = cpu().avx512f ? isa_t::avx512 : sgemm_avx2::available() ? isa_t::avx2 : isa_t::none;
-    const char* env = std::getenv("LOOM_SGEMM_ISA");
-    if (!env || !*env) return best;
-    const std::string want = env;
-    if (want == "avx512" && cpu().avx512f) return isa_t::avx512;
-    if (want == "avx2" && sgemm_avx2::available()) return isa_t::avx2;
-    throw std::invalid_argument("LOOM_SGEMM_ISA is '" + want + "': it must be avx2 or avx512, and the CPU must have it");
-  }();
-  return isa;
-}
-
-isa_t chosen_isa() {
-  if (const int f = forced_isa.load(std::memory_order_relaxed)) return static_cast<isa_t>(f);
-  return cpu_isa();
-}
+using sgemm_choice::chosen_isa;
+using sgemm_choice::isa_t;
 
 }  // namespace
 
@@ -190,20 +164,6 @@ namespace {
 
 constexpr i64 panel_cols = 32;
 
-i64 chosen_tile_rows(bool packed_panels);
-std::atomic<int> forced_rows{0};  // sgemm_avx512_force_tile_rows
-i64 tile_rows_for(isa_t isa, bool packed_panels);
-
-// How far a panel's K rows may spread over B (floats) and still be read in place (packs_b): 1 MiB
-// on AMD family 25 (Zen 4: the shapes in packs_b's note), 512 KiB elsewhere — on the Intel Xeon,
-// bench_gemm 1 thread, median of 5 alternating runs, in place → copied: small_dx ([256, 1024] ·
-// [1024, 256], a span of exactly 1 MiB) 131.5 → 143.0 GFLOP/s, small_dw ([1024, 256]ᵀ · [1024, 256])
-// 121.0 → 130.4, while spans of 64 KiB and less were within noise either way (tiny_dx 155 / 152,
-// attn_pv 146 / 146).
-i64 in_place_span() {
-  static const i64 span = cpu().amd_family == 25 ? i64{1} << 18 : i64{1} << 17;
-  return span;
-}
 
 // Whether op(B) is copied into panels ([K, 32], the last [K, 16] or [K, 32], zero-padded past N)
 // rather than read in place: unless it is [K, N] already and N needs no padding. Read in place,
@@ -212,15 +172,15 @@ i64 in_place_span() {
 // do not repay the copy) it is copied. Other strides read in place were faster than the copy on
 // AMD EPYC (Zen 4), bench_gemm 1 thread: tiny_dw 108 → 116 GFLOP/s, tiny_dx 113 → 116, small_dx
 // 111 → 114, row strides of 256–768 floats 1–4% faster; a stride of 1024 floats 4% slower.
-// A panel whose K rows span more than 1 MiB of B (k · ldb > 2^18 floats) is copied too: its 2·K
-// lines then share too few second-level sets — on an Intel Xeon (family 6 model 207), bench_gemm
-// 1 thread, in place → copied: wide_dx ([256, 1536] · [1536, 512]) 61 → 142 GFLOP/s, wide_dw
-// ([1024, 1536]ᵀ · [1024, 512]) 71 → 134; on that Xeon spans from 512 KiB on gain from the copy too
-// (in_place_span), on Zen 4 the shapes above (spans up to 1 MiB) stay as they were.
+// A panel whose K rows spread over more of B than the CPU's in_place_span (1 MiB on Zen 4, 512 KiB
+// elsewhere: sgemm_choice.cpp) is copied too: its 2·K lines then share too few second-level sets
+// (an Intel Xeon, family 6 model 207, bench_gemm 1 thread, in place → copied: wide_dx 61 → 142
+// GFLOP/s, wide_dw 71 → 134).
 // The AVX2 kernel always copies: its tiles of 3 rows read each panel row for fewer FMAs (same
 // CPU, forced AVX2, GFLOP/s in place → copied: tiny_dx 85.6 → 105.7, small_dx 88.6 → 109.7)
 bool packs_b(isa_t isa, bool trans_b, i64 m, i64 n, i64 k, i64 ldb) {
-  return isa == isa_t::avx2 || trans_b || n % 16 != 0 || (m > 32 && (ldb % 1024 == 0 || k * ldb > in_place_span()));
+  return isa == isa_t::avx2 || trans_b || n % 16 != 0 ||
+         (m > 32 && (ldb % 1024 == 0 || k * ldb > sgemm_choice::in_place_span()));
 }
 
 // The panel of columns [j0, j0 + w) of op(B) into panel, `width` (16 or 32) wide, either ISA.
@@ -300,7 +260,7 @@ void run_over_a(isa_t isa, bool trans_a, i64 m, i64 n, i64 k, float alpha, const
 template <class Panel>
 void row_blocks(isa_t isa, bool trans_a, i64 m, i64 n, i64 k, float alpha, const float* a, i64 lda, Panel&& panel,
                 bool packed_panels, float beta, float* c, i64 ldc, const gemm_epilogue& e) {
-  const i64 tile = tile_rows_for(isa, packed_panels), most = row_block(k, tile);
+  const i64 tile = sgemm_choice::tile_rows(isa, packed_panels), most = row_block(k, tile);
   const i64 blocks = (m + most - 1) / most;  // as few as fit, of equal whole tiles but the last
   const i64 block = ((m + blocks - 1) / blocks + tile - 1) / tile * tile;
   for (i64 i0 = 0; i0 < m; i0 += block)
@@ -318,7 +278,7 @@ void row_blocks(isa_t isa, bool trans_a, i64 m, i64 n, i64 k, float alpha, const
 template <class Panel>
 void run_over_a(isa_t isa, bool trans_a, i64 m, i64 n, i64 k, float alpha, const float* a, i64 lda, Panel&& panel,
                 bool packed_panels, float beta, float* c, i64 ldc, const gemm_epilogue& e) {
-  const i64 tile = tile_rows_for(isa, packed_panels);
+  const i64 tile = sgemm_choice::tile_rows(isa, packed_panels);
   if (isa != isa_t::avx512 || !trans_a || n < copied_panels * panel_cols)
     return run_panels(isa, tile, in_place(trans_a, a, lda, tile), m, n, k, alpha, panel, beta, c, ldc, e);
   const i64 block = std::max<i64>(1, strip_floats / (tile * k)) * tile;
@@ -340,14 +300,14 @@ bool product(bool trans_a, bool trans_b, i64 m, i64 n, i64 k, float alpha, const
   if (!sgemm_avx512_takes(trans_a, trans_b, m, n, k)) return false;
   const isa_t isa = chosen_isa();
   // the strips' own height, unless tiles of another height were forced since they were copied
-  const int forced = forced_rows.load(std::memory_order_relaxed);
+  const int forced = sgemm_choice::forced_tile_rows();
   if (isa != isa_t::avx512 || (forced != 0 && forced != strip_rows)) strips = nullptr;
   const bool pack = packs_b(isa, trans_b, m, n, k, ldb);
   // many rows: in blocks of rows (sgemm_avx2::row_blocks; row_blocks), each over all of op(B),
   // which is then packed whole once (sgemm_packed_b, when it would be copied and fits) or read in place
   const bool blocks = isa == isa_t::avx2
                           ? m > sgemm_avx2::many_rows
-                          : isa == isa_t::avx512 && !strips && m > row_block(k, tile_rows_for(isa, pack));
+                          : isa == isa_t::avx512 && !strips && m > row_block(k, sgemm_choice::tile_rows(isa, pack));
   if (blocks && pack && n > panel_cols)
     if (const sgemm_packed_b pb(trans_b, n, k, b, ldb); pb.packed())
       return sgemm_avx512(trans_a, m, alpha, a, lda, pb, beta, c, ldc, epilogue);
@@ -385,22 +345,7 @@ bool sgemm_avx512(const sgemm_packed_a& a, bool trans_b, std::int64_t n, float a
 
 namespace {
 
-// ---- the tile's rows, chosen per CPU ----
-//
-// A tile keeps rows × 32 sums in registers: 8 rows (16 of AVX-512's 32 registers) or 12 (24).
-// More rows load fewer panel vectors per multiply-add, which a CPU that runs two full-width
-// 512-bit FMAs per cycle may need; fewer rows read fewer lines of op(A) at once. Every element
-// is the same chain of FMAs over k either way (sgemm_avx512.hpp), so the choice changes the speed,
-// never the bits. The table decides the CPUs it was measured on; any other CPU times both shapes
-// on its first product and keeps the faster, once for products that read op(B) in place and once
-// for those that read copied panels (struct tile_choice).
-
-// The fixed table: AMD family 25 with AVX-512 (Zen 4, 512-bit FMAs in two 256-bit halves) runs
-// 8 rows faster: bench_gemm loom_r8 vs loom_r12, 1 thread, 2026-11-27, AMD EPYC family 25 model
-// 17, GFLOP/s (median of 3): small_dx 109.9 vs 96.2, cube 109.4 vs 97.1, tiny_dw_ffn 114.9 vs
-// 108.9, small_ffn_up 107.6 vs 102.9, and 8 rows ahead by 1–4% on 8 of the 9 other shapes
-// (attn_block: 94.0 vs 99.4). 0: not in the table.
-int table_rows() { return cpu().amd_family == 25 ? 8 : 0; }
+// ---- timing the tile's rows, for a CPU not in sgemm_choice.cpp's table ----
 
 // Times `rows`-row tiles on a [96, 256] · [256, 256] product (96 rows: whole tiles of 8 and of
 // 12), op(B) read in place (b) or from its copied panels (panels: b packed), the best of `rounds`
@@ -421,17 +366,10 @@ double time_rows(i64 rows, int rounds, const float* a, const float* b, const flo
   return best;
 }
 
-// Rows for products that read op(B) in place and for those that read copied panels: on an Intel
-// Xeon (family 6 model 207) bench_gemm had 12 rows ahead on the first (tiny_dx 156 vs 145 GFLOP/s,
-// attn_pv 157 vs 145, small_dx 134 vs 126) and 8 ahead on the second (tiny_qkv 154 vs 144,
-// small_ffn_up 154 vs 151, cube 149 vs 139), so each kind is timed on its own.
-struct tile_choice {
-  i64 rows, packed_rows;
-  const char* how;
-};
+}  // namespace
 
 // The rows of the faster tile for op(B) in place (packed false) or in copied panels.
-i64 measure_rows(bool packed) {
+i64 sgemm_choice::measure_rows(bool packed) {
   // both shapes in alternating rounds (the first warms the caches), the best of each
   std::vector<float> a(96 * 256), b(256 * 256), c(96 * 256), panels(packed ? 256 * 256 : 0);
   for (std::size_t i = 0; i < a.size(); ++i) a[i] = static_cast<float>(i % 7) * 0.25f - 0.75f;
@@ -445,64 +383,6 @@ i64 measure_rows(bool packed) {
     t12 = std::min(t12, time_rows(12, 2, a.data(), b.data(), p, c.data()));
   }
   return t12 < 0.97 * t8 ? 12 : 8;  // 12 only when clearly faster
-}
-
-tile_choice choose_rows() {
-  if (const int rows = table_rows()) return {rows, rows, "table"};
-  return {measure_rows(false), measure_rows(true), "measured"};
-}
-
-const tile_choice& cpu_choice() {
-  static const tile_choice choice = choose_rows();  // once per process, at the first product
-  return choice;
-}
-
-i64 chosen_tile_rows(bool packed_panels) {
-  const int forced = forced_rows.load(std::memory_order_relaxed);
-  return forced ? forced : packed_panels ? cpu_choice().packed_rows : cpu_choice().rows;
-}
-
-i64 tile_rows_for(isa_t isa, bool packed_panels) {
-  return isa == isa_t::avx2 ? sgemm_avx2::tile_rows : chosen_tile_rows(packed_panels);
-}
-
-}  // namespace
-
-sgemm_tiling sgemm_avx512_tiling() {
-  const isa_t isa = chosen_isa();
-  if (isa == isa_t::none) return {"none", 0, 0, "none"};
-  if (isa == isa_t::avx2) {
-    const int rows = static_cast<int>(sgemm_avx2::tile_rows);
-    return {"avx2", rows, rows, "fixed"};
-  }
-  const int forced = forced_rows.load(std::memory_order_relaxed);
-  if (forced) return {"avx512", forced, forced, "forced"};
-  const tile_choice& c = cpu_choice();
-  return {"avx512", static_cast<int>(c.rows), static_cast<int>(c.packed_rows), c.how};
-}
-
-void sgemm_force_isa(sgemm_isa isa) {
-  if (isa == sgemm_isa::avx512 && !cpu().avx512f)
-    throw std::invalid_argument("sgemm_force_isa: this CPU has no AVX-512");
-  if (isa == sgemm_isa::avx2 && !sgemm_avx2::available())
-    throw std::invalid_argument("sgemm_force_isa: this CPU has no AVX2 and FMA");
-  forced_isa.store(isa == sgemm_isa::cpu      ? 0
-                   : isa == sgemm_isa::avx2   ? static_cast<int>(isa_t::avx2)
-                                              : static_cast<int>(isa_t::avx512),
-                   std::memory_order_relaxed);
-}
-
-int sgemm_avx512_measure_tile_rows(bool packed_panels) {
-  return cpu().avx512f ? static_cast<int>(measure_rows(packed_panels)) : 0;
-}
-
-void sgemm_avx512_force_tile_rows(int rows) {
-  if (rows != 0 && rows != 8 && rows != 12)
-    throw std::invalid_argument("sgemm_avx512_force_tile_rows: rows must be 8, 12 or 0 (the CPU's choice), not " +
-                                std::to_string(rows));
-  if (rows != 0 && !cpu().avx512f)
-    throw std::invalid_argument("sgemm_avx512_force_tile_rows: this CPU has no AVX-512 (its AVX2 tiles have 3 rows)");
-  forced_rows.store(rows, std::memory_order_relaxed);
 }
 
 namespace {

@@ -21,10 +21,12 @@ bool sgemm_avx512_takes(bool trans_a, bool trans_b, std::int64_t m, std::int64_t
 /// "avx2" (AVX2 + FMA, on CPUs without AVX-512: ops/sgemm_avx2.hpp) or "none" (neither: the BLAS
 /// computes every product); rows × 32 columns of C in registers for products that read op(B) in
 /// place (`rows`) and for those that read it from copied panels (`packed_rows`) — 8 or 12 each
-/// with AVX-512, 3 with AVX2, 0 with none; and how the rows were chosen: "table" (a CPU measured
-/// beforehand: AMD family 25, Zen 4, takes 8 for both), "measured" (any other AVX-512 CPU: both
-/// tile heights timed for each kind on the first product, the faster kept), "forced"
-/// (sgemm_avx512_force_tile_rows), "fixed" (AVX2) or "none". Every element of C has the same bits
+/// with AVX-512, 3 with AVX2, 0 with none; how the rows were chosen: "table" (a CPU measured
+/// beforehand: AMD family 25, Zen 4, takes 8 for both; Intel family 6 model 207, 12 in place and 8
+/// on copied panels), "measured" (any other AVX-512 CPU: both tile heights timed for each kind on
+/// the first product, the faster kept), "forced" (sgemm_avx512_force_tile_rows), "fixed" (AVX2) or
+/// "none"; and `cpu`, the name of this CPU's entry in that table ("not in the table" for any other;
+/// ops/sgemm_choice.cpp, which also sets how far op(B) is read in place). Every element of C has the same bits
 /// under any of them: the choice is speed only. Asking makes the choice if no product has yet.
 /// The environment variable LOOM_SGEMM_ISA=avx2 (or avx512) makes a process use that kernel
 /// (std::invalid_argument from the first product when the value is neither or the CPU lacks it).
@@ -33,6 +35,7 @@ struct sgemm_tiling {
   int rows;
   int packed_rows;
   const char* how;
+  const char* cpu;
 };
 sgemm_tiling sgemm_avx512_tiling();
 

@@ -12,7 +12,7 @@
 namespace loom::ops {
 
 bool sgemm_avx512_takes(bool, bool, std::int64_t, std::int64_t, std::int64_t) { return false; }
-sgemm_tiling sgemm_avx512_tiling() { return {"none", 0, 0, "none"}; }
+sgemm_tiling sgemm_avx512_tiling() { return {"none", 0, 0, "none", "not in the table"}; }
 void sgemm_force_isa(sgemm_isa isa) {
   if (isa != sgemm_isa::cpu) throw std::invalid_argument("sgemm_force_isa: loom's GEMM has no vector kernel on this CPU");
 }

@@ -17,9 +17,11 @@
 #include <oneapi/tbb/task_arena.h>
 
 #include "../ops/blas.hpp"
+#include "../ops/cpu_features.hpp"
 #include "../ops/gemm_chunks.hpp"
 #include "../ops/packing_pool.hpp"
 #include "../ops/sgemm_avx512.hpp"
+#include "../ops/sgemm_choice.hpp"
 
 using namespace loom;
 using i64 = std::int64_t;
@@ -707,5 +709,33 @@ TEST_CASE("one-row-item BLAS products split by columns or by their sum: right, s
     const std::vector<double> xd(x.begin(), x.end()), yd(y.begin(), y.end()), cd(c0.begin(), c0.end());
     const std::vector<double> d = chunked_product(2, s.tx, s.ty, s.rows, s.n, s.k, xd, yd, cd, double(s.beta));
     CHECK(chunked_error(s.tx, s.ty, s.rows, s.n, s.k, xd, yd, cd, double(s.beta), d) < 1e-13);
+  }
+}
+
+TEST_CASE("sgemm's table of CPUs finds an entry by vendor, family and model, and the products use it") {
+  using ops::sgemm_choice::table_entry;
+  const auto& zen4 = table_entry(true, false, 25, 17);
+  CHECK(std::string(zen4.name) == "AMD family 25 (Zen 4)");
+  CHECK((zen4.rows == 8 && zen4.packed_rows == 8 && zen4.span == i64{1} << 18));
+  CHECK(&table_entry(true, false, 25, 1) == &zen4);  // every model of family 25
+  const auto& xeon = table_entry(false, true, 6, 207);
+  CHECK(std::string(xeon.name) == "Intel family 6 model 207");
+  CHECK((xeon.rows == 12 && xeon.packed_rows == 8 && xeon.span == i64{1} << 17));
+  // another model, another family, the other vendor, no vendor: not in the table
+  for (const auto& e : {table_entry(false, true, 6, 143), table_entry(true, false, 26, 2),
+                        table_entry(false, true, 25, 17), table_entry(false, false, 6, 207)}) {
+    CHECK(std::string(e.name) == "not in the table");
+    CHECK((e.rows == 0 && e.packed_rows == 0 && e.span == i64{1} << 17));
+  }
+  // this CPU's entry is the one the products report and, on AVX-512, the one their tiles follow
+  const auto& here = ops::cpu();
+  const auto& mine = table_entry(here.amd, here.intel, here.family, here.model);
+  const auto tiling = ops::sgemm_avx512_tiling();
+  if (std::string(tiling.isa) == "none") return;  // no vector kernel: nothing follows the table
+  CHECK(std::string(tiling.cpu) == mine.name);
+  CHECK(ops::sgemm_choice::in_place_span() == mine.span);
+  if (std::string(tiling.isa) == "avx512" && std::string(tiling.how) != "forced") {
+    CHECK(std::string(tiling.how) == (mine.rows != 0 ? "table" : "measured"));
+    if (mine.rows != 0) CHECK((tiling.rows == mine.rows && tiling.packed_rows == mine.packed_rows));
   }
 }
