@@ -82,20 +82,22 @@ std::int64_t attention_saved(const void* params, const dims_t&, std::span<const 
 template <class T>
 void forward_kernel(attention_op, const op_args<T>& a) {
   const problem<T> pr(a);
-  if (small_path(pr)) {  // blocks of L rows, chunks of about 2^16 multiply-adds
+  if (small_path(pr)) {  // blocks of B · L rows, chunks of about 2^16 multiply-adds
     runs_small_forward.fetch_add(1, std::memory_order_relaxed);
-    auto run = [&]<int L>() {
-      const std::int64_t blocks = (pr.rows + L - 1) / L;
-      const std::int64_t grain = grain_for(L * pr.keys * (pr.d + pr.dv), std::int64_t{1} << 16);
+    auto run = [&]<int L, int B>() {
+      constexpr int S = B * L;
+      const std::int64_t blocks = (pr.rows + S - 1) / S;
+      const std::int64_t grain = grain_for(S * pr.keys * (pr.d + pr.dv), std::int64_t{1} << 16);
       for_chunks(pr.N * blocks, grain, [&](std::int64_t b0, std::int64_t b1) {
         for (std::int64_t item = b0; item < b1; ++item) {
-          const std::int64_t n = item / blocks, r0 = (item % blocks) * L;
-          forward_small<T, L>(pr, a.out, a.saved, n, r0, static_cast<int>(std::min<std::int64_t>(L, pr.rows - r0)));
+          const std::int64_t n = item / blocks, r0 = (item % blocks) * S;
+          forward_small<T, L, B>(pr, a.out, a.saved, n, r0, static_cast<int>(std::min<std::int64_t>(S, pr.rows - r0)));
         }
       });
     };
-    if (small_lanes() == 16) run.template operator()<16>();
-    else run.template operator()<8>();
+    if (small_lanes() == 16 && pr.rows >= 32) run.template operator()<16, 2>();  // two vectors of rows
+    else if (small_lanes() == 16) run.template operator()<16, 1>();
+    else run.template operator()<8, 1>();
     return;
   }
   runs_blocked_forward.fetch_add(1, std::memory_order_relaxed);

@@ -94,13 +94,14 @@ template <class T, int L, int B>
     }
 }
 
-/// xt[c · L + i] = column c of row r0 + i of x's entry n, for i < nr; zero in the lanes past nr.
+/// xt[c · S + i] = column c of row r0 + i of x's entry n, for i < nr; zero in the lanes past nr
+/// (S = L, or B · L when the block is one of B side by side: the lanes [0, L) of each S).
 /// Blocks of L columns are transposed in registers and stored as whole vectors, so that the
 /// products' vector loads of xt can take them from the stores (the element-wise stores of a
 /// plain transposing loop cannot be forwarded to a vector load, which then waits for all L to
 /// reach the cache: that wait was a fifth of the small backward's time); columns past the last
 /// whole block, element by element.
-template <class T, int L>
+template <class T, int L, int S = L>
 [[gnu::always_inline]] inline void load_transposed(const operand<const T>& x, std::int64_t n, std::int64_t r0, int nr,
                                                    T* xt) {
   static_assert(L == 8 || L == 16);
@@ -116,41 +117,52 @@ template <class T, int L>
     transpose_stage<T, L, 2>(r);
     transpose_stage<T, L, 1>(r);
 #pragma GCC unroll 16
-    for (int e = 0; e < L; ++e) store(xt + (c0 + e) * L, r[e]);
+    for (int e = 0; e < L; ++e) store(xt + (c0 + e) * S, r[e]);
   }
   if (c0 == x.cols) return;
-  for (std::int64_t c = c0; c < x.cols; ++c) store(xt + c * L, lvec<T, L>{});
+  for (std::int64_t c = c0; c < x.cols; ++c) store(xt + c * S, lvec<T, L>{});
   for (int i = 0; i < nr; ++i)
-    for (std::int64_t c = c0; c < x.cols; ++c) xt[c * L + i] = x0[i * ld + c];
+    for (std::int64_t c = c0; c < x.cols; ++c) xt[c * S + i] = x0[i * ld + c];
 }
 
-/// out[(j + g) · L + (0, L)] = scale · Σ_c a[(j + g) · lda + c] · xt[c · L + (0, L)], g < G: G rows
-/// of a times the transposed block xt, the block's rows in one vector, G sums in flight together.
-template <int G, class T, int L>
+/// out[(j + g) · S + (0, S)] = scale · Σ_c a[(j + g) · lda + c] · xt[c · S + (0, S)], g < G, S =
+/// B · L: G rows of a times the transposed block xt, the block's rows in B vectors, G · B sums in
+/// flight together (each broadcast element of a feeds B of them).
+template <int G, class T, int L, int B = 1>
 [[gnu::always_inline]] inline void rows_times(const T* aj, std::int64_t lda, std::int64_t cols, const T* xt, T scale,
                                               T* out) {
   using V = lvec<T, L>;
-  V acc[G] = {};
+  constexpr int S = B * L;
+  V acc[G][B] = {};
   for (std::int64_t c = 0; c < cols; ++c) {
-    const V x = load<L>(xt + c * L);
+    V x[B];
+#pragma GCC unroll 2
+    for (int v = 0; v < B; ++v) x[v] = load<L>(xt + c * S + v * L);
 #pragma GCC unroll 8
-    for (int g = 0; g < G; ++g) acc[g] += aj[g * lda + c] * x;
+    for (int g = 0; g < G; ++g) {
+      const T ag = aj[g * lda + c];
+#pragma GCC unroll 2
+      for (int v = 0; v < B; ++v) acc[g][v] += ag * x[v];
+    }
   }
 #pragma GCC unroll 8
-  for (int g = 0; g < G; ++g) store(out + g * L, acc[g] * scale);
+  for (int g = 0; g < G; ++g)
+#pragma GCC unroll 2
+    for (int v = 0; v < B; ++v) store(out + g * S + v * L, acc[g][v] * scale);
 }
 
 /// out[j · L + (0, L)] = scale · Σ_c a[j · lda + c] · xt[c · L + (0, L)], j < w: rows of a times
 /// the transposed block xt, eight rows of a at a time, then four, then one. Each sum is one chain
 /// over c in order, whatever the grouping. Eight sums in flight rather than four: the products
 /// of 64 keys ran in 0.94× the time (design-notes), the 16 keys of the tiny model's heads alike.
-template <class T, int L>
+template <class T, int L, int B = 1>
 [[gnu::always_inline]] inline void rows_times_block(const T* a, std::int64_t lda, std::int64_t w, std::int64_t cols,
                                                     const T* xt, T scale, T* out) {
+  constexpr int S = B * L;
   std::int64_t j = 0;
-  for (; j + 8 <= w; j += 8) rows_times<8, T, L>(a + j * lda, lda, cols, xt, scale, out + j * L);
-  for (; j + 4 <= w; j += 4) rows_times<4, T, L>(a + j * lda, lda, cols, xt, scale, out + j * L);
-  for (; j < w; ++j) rows_times<1, T, L>(a + j * lda, lda, cols, xt, scale, out + j * L);
+  for (; j + 8 <= w; j += 8) rows_times<8, T, L, B>(a + j * lda, lda, cols, xt, scale, out + j * S);
+  for (; j + 4 <= w; j += 4) rows_times<4, T, L, B>(a + j * lda, lda, cols, xt, scale, out + j * S);
+  for (; j < w; ++j) rows_times<1, T, L, B>(a + j * lda, lda, cols, xt, scale, out + j * S);
 }
 
 /// R outputs y_r = y + r · ldy (r < R), each y_r[0, n) = (add ? y_r : 0) + scale[r · ss] · Σ_{t < m}
@@ -218,14 +230,15 @@ struct key_window {
   std::int64_t klo = 0, w = 0;
 };
 
-/// The masked scores of rows [r0, r0 + nr) of entry n against the keys the block sees (returned),
-/// transposed into st ([w][L]; −∞ where a row may not look and in the lanes past nr); qt
-/// receives the rows of q transposed.
-template <class T, int L>
+/// The masked scores of rows [r0, r0 + nr) of entry n (nr ≤ B · L) against the keys the block
+/// sees (returned), transposed into st ([w][B · L]; −∞ where a row may not look and in the lanes
+/// past nr); qt receives the rows of q transposed ([d][B · L]).
+template <class T, int L, int B = 1>
 [[gnu::always_inline]] inline key_window small_scores(const problem<T>& pr, std::int64_t n, std::int64_t r0, int nr,
                                                       T* qt, T* st) {
+  constexpr int S = B * L;
   const T neg_inf = -std::numeric_limits<T>::infinity();
-  std::int64_t first[L], last[L];  // each row's keys [first, last), one masks.range call per row
+  std::int64_t first[S], last[S];  // each row's keys [first, last), one masks.range call per row
   std::int64_t klo = pr.keys, khi = 0;
   for (int i = 0; i < nr; ++i) {
     std::tie(first[i], last[i]) = pr.masks.range(n, r0 + i);
@@ -235,74 +248,100 @@ template <class T, int L>
     }
   }
   const std::int64_t w = std::max<std::int64_t>(0, khi - klo);
-  load_transposed<T, L>(pr.q, n, r0, nr, qt);
-  rows_times_block<T, L>(pr.k.at(n, klo), pr.k.ld, w, pr.d, qt, static_cast<T>(pr.p->scale), st);
+#pragma GCC unroll 2
+  for (int v = 0; v < B; ++v)
+    load_transposed<T, L, S>(pr.q, n, r0 + v * L, std::clamp(nr - v * L, 0, L), qt + v * L);
+  rows_times_block<T, L, B>(pr.k.at(n, klo), pr.k.ld, w, pr.d, qt, static_cast<T>(pr.p->scale), st);
   // the keys each row may see, relative to klo (none in the lanes past nr); a plain loop over
   // the lanes, which GCC vectorises well (its lowering of a generic-vector select on two integer
   // compares was scalar code, 10× slower)
-  std::int32_t lo[L] = {}, hi[L] = {};
+  std::int32_t lo[S] = {}, hi[S] = {};
   for (int i = 0; i < nr; ++i) {
     lo[i] = static_cast<std::int32_t>(std::clamp<std::int64_t>(first[i] - klo, 0, w));
     hi[i] = static_cast<std::int32_t>(std::clamp<std::int64_t>(last[i] - klo, lo[i], w));
   }
   for (std::int32_t j = 0; j < static_cast<std::int32_t>(w); ++j) {
-    T* sj = st + j * L;
-    for (int i = 0; i < L; ++i) sj[i] = (j >= lo[i]) & (j < hi[i]) ? sj[i] : neg_inf;
+    T* sj = st + j * S;
+    for (int i = 0; i < S; ++i) sj[i] = (j >= lo[i]) & (j < hi[i]) ? sj[i] : neg_inf;
   }
   if (!pr.masks.allowed.empty() || !pr.masks.added.empty()) {
     T row[small_keys];  // boolean and float masks, one row at a time
     for (int i = 0; i < nr; ++i) {
-      for (std::int64_t j = 0; j < w; ++j) row[j] = st[j * L + i];
+      for (std::int64_t j = 0; j < w; ++j) row[j] = st[j * S + i];
       pr.masks.apply(n, r0 + i, klo, klo + w, row);
-      for (std::int64_t j = 0; j < w; ++j) st[j * L + i] = row[j];
+      for (std::int64_t j = 0; j < w; ++j) st[j * S + i] = row[j];
     }
   }
   return {klo, w};
 }
 
-// Rows [r0, r0 + nr) of entry n (nr ≤ L): o and the row lse.
-template <class T, int L>
+// Rows [r0, r0 + nr) of entry n (nr ≤ B · L: B vectors of L rows side by side): o and the row lse.
+// B = 2 (forward_kernel: 16 lanes and 32 rows or more) makes each broadcast element of K in the
+// scores' product feed two FMAs (16 sums in flight): MHA B8 T128 (heads of 32) forward in 0.94–0.95×
+// the time of B = 1, a B16 T64 d256 h8 forward (the small model's encoder) 0.96–0.97×, B8 T32 d64
+// h4 0.96–0.97×; causal heads of 32 and 64 forward + backward unchanged (one process alternating
+// the two, medians of 21 rounds, Intel Xeon family 6 model 207, 2026-12-08). Same bits (each
+// element is the same chains; the union of the rows' key ranges adds only masked keys, e^(−∞) = 0).
+// With 8 lanes (AVX2's 16 registers) B stays 1: 16 sums would not fit.
+template <class T, int L, int B = 1>
 LOOM_VECTOR_CLONES void forward_small(const problem<T>& pr, T* out, T* lse, std::int64_t n, std::int64_t r0, int nr) {
   using V = lvec<T, L>;
+  constexpr int S = B * L;
   const T neg_inf = -std::numeric_limits<T>::infinity();
   if (r0 + nr >= pr.rows && n + 1 < pr.N) {  // the next entry's operands (usually this thread's next item)
-    prefetch_entry(pr.q, n + 1, std::min<std::int64_t>(pr.rows, L));
+    prefetch_entry(pr.q, n + 1, std::min<std::int64_t>(pr.rows, S));
     prefetch_entry(pr.k, n + 1, pr.keys);
     prefetch_entry(pr.v, n + 1, pr.keys);
   }
-  T* qt = scratch<T>(static_cast<std::size_t>((pr.d + pr.keys) * L));
-  T* st = qt + pr.d * L;
-  const auto [klo, w] = small_scores<T, L>(pr, n, r0, nr, qt, st);
-  // the row maxima, in one vector (GCC made the plain loop over the lanes sixteen scalar maxima
-  // per key; design-notes has the measurement)
-  T mx[L], base[L];
-  V m = V{} + neg_inf;
-  for (std::int64_t j = 0; j < w; ++j) {
-    const V s = load<L>(st + j * L);
-    m = s > m ? s : m;
+  T* qt = scratch<T>(static_cast<std::size_t>((pr.d + pr.keys) * S));
+  T* st = qt + pr.d * S;
+  const auto [klo, w] = small_scores<T, L, B>(pr, n, r0, nr, qt, st);
+  // the row maxima, in one vector per L rows (GCC made the plain loop over the lanes sixteen
+  // scalar maxima per key; design-notes has the measurement)
+  T mx[S], base[S];
+  V m[B];
+#pragma GCC unroll 2
+  for (int v = 0; v < B; ++v) m[v] = V{} + neg_inf;
+  for (std::int64_t j = 0; j < w; ++j)
+#pragma GCC unroll 2
+    for (int v = 0; v < B; ++v) {
+      const V x = load<L>(st + j * S + v * L);
+      m[v] = x > m[v] ? x : m[v];
+    }
+#pragma GCC unroll 2
+  for (int v = 0; v < B; ++v) store(mx + v * L, m[v]);
+  for (int i = 0; i < S; ++i) base[i] = mx[i] == neg_inf ? T(0) : mx[i];  // no key to see: e^(−∞) = 0
+  V b[B], l[B];
+#pragma GCC unroll 2
+  for (int v = 0; v < B; ++v) {
+    b[v] = load<L>(base + v * L);
+    l[v] = V{};
   }
-  store(mx, m);
-  for (int i = 0; i < L; ++i) base[i] = mx[i] == neg_inf ? T(0) : mx[i];  // no key to see: e^(−∞) = 0
-  const V b = load<L>(base);
-  V l{};
-  for (std::int64_t j = 0; j < w; ++j) {
-    const V e = vexp_lanes<T, L>(load<L>(st + j * L) - b);
-    store(st + j * L, e);
-    l += e;
-  }
-  T inv[L];
-  for (int i = 0; i < nr; ++i) inv[i] = l[i] > T(0) ? T(1) / l[i] : T(0);
+  for (std::int64_t j = 0; j < w; ++j)
+#pragma GCC unroll 2
+    for (int v = 0; v < B; ++v) {
+      const V e = vexp_lanes<T, L>(load<L>(st + j * S + v * L) - b[v]);
+      store(st + j * S + v * L, e);
+      l[v] += e;
+    }
+  T sums[S];
+#pragma GCC unroll 2
+  for (int v = 0; v < B; ++v) store(sums + v * L, l[v]);
+  T inv[S];
+  for (int i = 0; i < nr; ++i) inv[i] = sums[i] > T(0) ? T(1) / sums[i] : T(0);
   if (lse) {
-    const V log_l = vlog_lanes<T, L>(l);
-    for (int i = 0; i < nr; ++i) lse[n * pr.rows + r0 + i] = l[i] > T(0) ? mx[i] + log_l[i] : neg_inf;
+    T logs[S];
+#pragma GCC unroll 2
+    for (int v = 0; v < B; ++v) store(logs + v * L, vlog_lanes<T, L>(l[v]));
+    for (int i = 0; i < nr; ++i) lse[n * pr.rows + r0 + i] = sums[i] > T(0) ? mx[i] + logs[i] : neg_inf;
   }
   // o[i] = Σ_j p[i, j] v[j] / l[i]
   // four outputs at a time: with eight, the tiny model's forward (16 keys, heads of 16) took 1.07×;
   // and two column vectors at a time where the heads have them (eight sums in flight): MHA B8 T128,
   // heads of 32, forward in 0.94× the time of one vector at a time (one process alternating the
   // two, medians of 21 rounds, Intel Xeon family 6 model 207, 2026-12-07); heads of 16 unchanged
-  combine_all<4, L, 2>(nr, out + (pr.o.at(n, r0) - pr.o.base), pr.o.ld, false, inv, 1, st, 1, L, w, pr.v.at(n, klo),
-                    pr.v.ld, pr.dv);
+  combine_all<4, L, 2>(nr, out + (pr.o.at(n, r0) - pr.o.base), pr.o.ld, false, inv, 1, st, 1, S, w, pr.v.at(n, klo),
+                       pr.v.ld, pr.dv);
 }
 
 // Entry n's gradients (dq, dk, dv may each be null), added to; the weights recomputed from lse.
