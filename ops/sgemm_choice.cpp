@@ -35,7 +35,7 @@ namespace {
 // copy). Family 25 without AVX-512 (Zen 3) runs the AVX2 kernel, which reads neither entry.
 //
 // Intel family 6 model 207 (a Xeon with two 512-bit FMA ports): 12 rows in place, 8 on copied
-// panels — bench_gemm 1 thread: in place tiny_dx 156 vs 145 GFLOP/s, attn_pv 157 vs 145, small_dx
+// panels — bench_gemm 1 thread, 2026-12-07: in place tiny_dx 156 vs 145 GFLOP/s, attn_pv 157 vs 145, small_dx
 // 134 vs 126; copied tiny_qkv 154 vs 144, small_ffn_up 154 vs 151, cube 149 vs 139. Timed at the
 // first product instead, the choice did not hold on a busy host: `bench_vs_torch --tiling`, five
 // runs on 2026-12-07, kept 12 / 8 at the first product and timed 8 / 8 again right after, in every
@@ -48,22 +48,22 @@ namespace {
 // its first product, spans from 512 KiB on copied.
 constexpr std::int64_t kib = 1024 / sizeof(float);  // floats in a KiB
 constexpr cpu_entry table[] = {
-    {"AMD family 25 (Zen 4)", true, false, 25, -1, 8, 8, 1024 * kib},
-    {"Intel family 6 model 207", false, true, 6, 207, 12, 8, 512 * kib},
+    {"AMD family 25 (Zen 4)", cpu_vendor::amd, 25, -1, 8, 8, 1024 * kib},
+    {"Intel family 6 model 207", cpu_vendor::intel, 6, 207, 12, 8, 512 * kib},
 };
-constexpr cpu_entry not_in_table{"not in the table", false, false, 0, 0, 0, 0, 512 * kib};
+constexpr cpu_entry not_in_table{"not in the table", cpu_vendor::other, 0, 0, 0, 0, 512 * kib};
 
 }  // namespace
 
-const cpu_entry& table_entry(bool amd, bool intel, int family, int model) {
+const cpu_entry& table_entry(cpu_vendor vendor, int family, int model) {
   for (const cpu_entry& e : table)
-    if (e.amd == amd && e.intel == intel && e.family == family && (e.model < 0 || e.model == model)) return e;
+    if (e.vendor == vendor && e.family == family && (e.model < 0 || e.model == model)) return e;
   return not_in_table;
 }
 
 namespace {
 const cpu_entry& this_cpu() {
-  static const cpu_entry& e = table_entry(cpu().amd, cpu().intel, cpu().family, cpu().model);
+  static const cpu_entry& e = table_entry(cpu().vendor, cpu().family, cpu().model);
   return e;
 }
 }  // namespace

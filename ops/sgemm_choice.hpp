@@ -6,6 +6,8 @@
 
 #include <cstdint>
 
+#include "cpu_features.hpp"  // cpu_vendor
+
 namespace loom::ops::sgemm_choice {
 
 /// The vector instructions the products run on: AVX-512 where the CPU has it, else AVX2 + FMA
@@ -33,7 +35,7 @@ std::int64_t in_place_span();
 /// first product), and in_place_span's floats.
 struct cpu_entry {
   const char* name;
-  bool amd, intel;
+  cpu_vendor vendor;
   int family, model;
   int rows, packed_rows;
   std::int64_t span;
@@ -41,7 +43,7 @@ struct cpu_entry {
 
 /// The table's entry for this vendor, family and model; for a CPU not in it, an entry named "not
 /// in the table" whose rows are 0 (timed) and whose span is the default.
-const cpu_entry& table_entry(bool amd, bool intel, int family, int model);
+const cpu_entry& table_entry(cpu_vendor vendor, int family, int model);
 
 /// Times 8- and 12-row AVX-512 tiles now and returns the rows of the faster (12 only when at
 /// least 3% faster): a [96, 256] · [256, 256] product, op(B) in place or in copied panels, a few

@@ -713,23 +713,22 @@ TEST_CASE("one-row-item BLAS products split by columns or by their sum: right, s
 }
 
 TEST_CASE("sgemm's table of CPUs finds an entry by vendor, family and model, and the products use it") {
+  using ops::cpu_vendor;
   using ops::sgemm_choice::table_entry;
-  const auto& zen4 = table_entry(true, false, 25, 17);
+  const auto& zen4 = table_entry(cpu_vendor::amd, 25, 17);
   CHECK(std::string(zen4.name) == "AMD family 25 (Zen 4)");
-  CHECK((zen4.rows == 8 && zen4.packed_rows == 8 && zen4.span == i64{1} << 18));
-  CHECK(&table_entry(true, false, 25, 1) == &zen4);  // every model of family 25
-  const auto& xeon = table_entry(false, true, 6, 207);
-  CHECK(std::string(xeon.name) == "Intel family 6 model 207");
-  CHECK((xeon.rows == 12 && xeon.packed_rows == 8 && xeon.span == i64{1} << 17));
-  // another model, another family, the other vendor, no vendor: not in the table
-  for (const auto& e : {table_entry(false, true, 6, 143), table_entry(true, false, 26, 2),
-                        table_entry(false, true, 25, 17), table_entry(false, false, 6, 207)}) {
+  CHECK(&table_entry(cpu_vendor::amd, 25, 1) == &zen4);  // every model of family 25
+  CHECK(std::string(table_entry(cpu_vendor::intel, 6, 207).name) == "Intel family 6 model 207");
+  // another model, another family, the other vendor, no known vendor: not in the table, whose
+  // tiles are timed (rows 0) and whose panels are copied from 512 KiB on
+  for (const auto& e : {table_entry(cpu_vendor::intel, 6, 143), table_entry(cpu_vendor::amd, 26, 2),
+                        table_entry(cpu_vendor::intel, 25, 17), table_entry(cpu_vendor::other, 6, 207)}) {
     CHECK(std::string(e.name) == "not in the table");
     CHECK((e.rows == 0 && e.packed_rows == 0 && e.span == i64{1} << 17));
   }
   // this CPU's entry is the one the products report and, on AVX-512, the one their tiles follow
   const auto& here = ops::cpu();
-  const auto& mine = table_entry(here.amd, here.intel, here.family, here.model);
+  const auto& mine = table_entry(here.vendor, here.family, here.model);
   const auto tiling = ops::sgemm_avx512_tiling();
   if (std::string(tiling.isa) == "none") return;  // no vector kernel: nothing follows the table
   CHECK(std::string(tiling.cpu) == mine.name);
